@@ -1,0 +1,1005 @@
+"""Decode top-k of the dense indexers straight from their BF16 logits, in CuTe DSL.
+
+The problem. In a decode step each dense indexer layer scores every compressed token of a
+row (SM100's paged MQA logits are BF16) and keeps the k largest: the token top-512, and in
+the candidate source also the top-2048 of the rows' 8-token block maxima. cooperative_topk
+reads FP32, so the logits used to be upcast first, and it builds a radix histogram of
+every value with shared-memory atomics. Real indexer logits crowd a few histogram bins (a
+row of 150K logits holds about 200 distinct BF16 values), where those atomics serialize.
+
+What this module computes. DecodeTopK writes, for each row, the indices of its k largest
+elements in any order (exact: every index whose value exceeds the k-th largest, then
+enough of those equal to it), or 0 .. n-1 and -1 padding when the row has at most k
+elements. An element is one BF16 logit (token mode), or the NaN-propagating maximum of an
+aligned group of 8 logits (block mode, the candidate blocks), with the row's newest block
+pinned at +inf and blocks scoring -inf written as -1. Values are compared through an
+order-preserving 16-bit key of their BF16 bits, so ties are exact.
+
+How. One thread block cluster of C CTAs per row: 8 CTAs of 512 threads while every row's
+cluster can be resident at once, else 4 of 1024 (a second wave of clusters would nearly
+double the time). Each CTA copies one contiguous chunk of the row into shared memory, as
+16-byte vectors (8 logits, or one block); the chunks split the row's valid length, not its
+width. A thread stages 8 vectors and keeps them in registers too, so a cluster holds
+262,144 logits. Wider rows need more: at a 1M context the ratio-2 layers' logits are
+524,288 wide, and a second build stages 16 vectors a thread at 8 CTAs, the other 8 in
+shared memory only. The candidate source layer scores every token (ratio 1), 1,048,576 at
+a 1M context, so a third build runs 16 CTAs a row (a non-portable cluster size, which CuTe
+DSL allows on every kernel) with 16 vectors a thread. Rows of the wide builds run in waves
+when they outnumber the resident clusters; the 16-CTA build takes at most two waves
+(supports_decode_topk). Two ways to the answer:
+
+Sampled (token rows longer than one vector a thread)::
+
+    sample the row ──► every CTA: the same cutoff (the q-th largest of the row's
+    2048 samples, q aiming at 3k survivors)
+        └► keep keys > cutoff and up to k keys == cutoff, push both to CTA 0
+        └► CTA 0: exact k-th largest among <= 8192 survivors (two 8-bit radix
+           passes), write k indices
+
+Direct (block mode, short token rows, and a sample that misjudged the row: more than 8192
+survivors, or fewer than k at or above the cutoff): the exact k-th largest key from two
+cluster-wide 8-bit radix histograms, then every CTA writes its own selected indices
+straight to the output.
+
+Both filter the same way: a thread tests each of its vectors' maximum against the cutoff,
+the vectors that can hold selected keys go to a CTA queue, and the CTA's threads unpack
+the queued vectors evenly; a CTA scan gives each thread its output slots and one cluster
+atomic reserves the CTA's range, so no key costs an atomic. Whole-row histograms spread
+each warp's atomics over 8 copies (lane l counts into copy l mod 8), since a crowded bin
+serializes the atomics on its word; the radix selects over the few thousand samples or
+survivors count into one histogram, where the copies' zeroing and summing cost more than
+they save.
+
+Synchronization. Cluster barriers separate the phases: every CTA has started and zeroed
+its counters before any distributed shared memory access; samples are complete before the
+cutoff; survivors are complete before CTA 0 reads them; histogram contributions are
+complete before they are read; and CTA 0 waits until every peer is done with its shared
+memory before it exits. The kernel waits on its predecessor grid before reading inputs and
+lets its dependents launch once its chunk is in shared memory (programmatic dependent
+launch).
+
+SPEC.md (part 2) fixes every constant of the algorithm; reference/model.py simulates it
+CTA by CTA, and the trace variant of this kernel (trace=True) reports per row what the
+model reports, field by field.
+"""
+
+# ---------------------------------------------------------------------------------------
+# Config: constants and the launch policy (SPEC.md 2.1). Pure Python on ints, and the
+# only copy of these rules: reference/policy.py executes exactly these definitions (by
+# name, from this file's source) so the model chooses builds as the host code does
+# without importing the DSL.
+# ---------------------------------------------------------------------------------------
+LOGITS_PER_VECTOR = 8  # one 16-byte vector of BF16 logits, or one block
+SAMPLES = 2048  # sampled path: samples a row
+SURVIVOR_CAPACITY = 8192  # sampled path: survivors CTA 0 can hold
+KS = (512, 1024, 2048)
+MAX_WIDTH = 1048576
+WAVES_16 = 2  # the 16-CTA build takes at most two waves
+# The builds of SPEC.md 2.1 as (cluster, vectors a thread); threads follow from the cluster.
+BUILDS = ((8, 8), (4, 8), (8, 16), (16, 16))
+TRACE_FIELDS = ("path", "reason", "q", "cutoff", "gt", "eq", "kth", "above")
+
+
+def threads_for(cluster):
+    """Threads a CTA: 1024 at 4 CTAs a row, else 512."""
+    return 1024 if cluster == 4 else 512
+
+
+def vector_choices(cluster):
+    """The 16-byte vectors a thread may stage: 8, or 16 at 512 threads (1024 threads
+    leave too few registers for 16)."""
+    return (8,) if threads_for(cluster) == 1024 else (8, 16)
+
+
+def capacity(cluster, vectors):
+    """Logits a cluster of this build holds."""
+    return cluster * threads_for(cluster) * vectors * LOGITS_PER_VECTOR
+
+
+def vectors_for(width, cluster):
+    """The fewest staged vectors a thread whose cluster holds a row of width logits, or
+    None if no choice holds it."""
+    for vectors in vector_choices(cluster):
+        if width <= capacity(cluster, vectors):
+            return vectors
+    return None
+
+
+def check_width(width):
+    """Raise ValueError unless 0 <= width <= MAX_WIDTH."""
+    if not 0 <= width <= MAX_WIDTH:
+        raise ValueError(f"row width {width} is outside [0, {MAX_WIDTH}]: no DecodeTopK build holds it")
+
+
+def cluster_for(rows, width, resident):
+    """CTAs a row: 8 while every row's cluster is resident at once, else 4 (rows up to
+    262,144 logits); 8 up to 524,288 and 16 up to 1,048,576 logits, whatever the rows.
+
+    resident(cluster, vectors) -> how many clusters of that build the device keeps
+    resident at once."""
+    check_width(width)
+    if width <= capacity(8, 8):
+        return 8 if rows <= resident(8, 8) else 4
+    if width <= capacity(8, 16):
+        return 8
+    return 16
+
+
+def build_for(rows, width, resident):
+    """(cluster, threads, vectors) of the build that runs rows x width (SPEC.md 2.1)."""
+    cluster = cluster_for(rows, width, resident)
+    return cluster, threads_for(cluster), vectors_for(width, cluster)
+
+
+def max_rows(width, resident):
+    """The most rows one launch takes at this width: unbounded (None) except for the
+    16-CTA build, which takes at most WAVES_16 waves."""
+    check_width(width)
+    if width <= capacity(8, 16):
+        return None
+    return WAVES_16 * resident(16, 16)
+
+
+# ---------------------------------------------------------------------------------------
+# DSL imports (below the policy: reference/policy.py executes only the definitions above).
+# ---------------------------------------------------------------------------------------
+import functools  # noqa: E402
+import os  # noqa: E402
+import threading  # noqa: E402
+
+import cuda.bindings.driver as cuda  # noqa: E402
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
+from cutlass import Int32, Int64, Uint32, Uint64, const_expr  # noqa: E402
+from cutlass._mlir.dialects import llvm  # noqa: E402
+from cutlass.cutlass_dsl import T, dsl_user_op  # noqa: E402
+
+KEY_POS_INF = 0xFF80  # order_key(+inf): the pinned newest block
+KEY_NEG_INF = 0x007F  # order_key(-inf): a block written as -1
+HIST_COPIES = 8  # whole-row histograms: lane l counts into copy l mod 8
+
+
+# ---------------------------------------------------------------------------------------
+# PTX helpers. Every shared, cluster and global access goes through inline PTX on raw
+# 32-bit shared / 64-bit global addresses: one instruction each, no pointer types to lose
+# their alignment or signedness (cutedsl-notes, pitfalls 1, 3, 4), and the "memory"
+# clobber keeps the compiler from moving them across barriers.
+# ---------------------------------------------------------------------------------------
+def _asm(result, operands, text, constraints, loc, ip):
+    return llvm.inline_asm(result, [o.ir_value(loc=loc, ip=ip) for o in operands], text,
+                           constraints, has_side_effects=True, is_align_stack=False,
+                           asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+
+
+def _words(result, loc, ip):
+    return tuple(Uint32(llvm.extractvalue(T.i32(), result, [i], loc=loc, ip=ip)) for i in range(4))
+
+
+def _u32x4():
+    return llvm.StructType.get_literal([T.i32(), T.i32(), T.i32(), T.i32()])
+
+
+def _partial_lanes():
+    # Lane e (1..7) of a partial vector: loaded alone, only if valid > e.
+    lines = []
+    for e in range(1, 8):
+        lines.append(f"setp.gt.and.s32 p, $5, {e}, pp;\n@p ld.global.nc.u16 h{e}, [$4+{2 * e}];")
+    return "\n".join(lines)
+
+
+@dsl_user_op
+def load_u32x4(address: Int64, valid: Int32, *, loc=None, ip=None):
+    """Four 32-bit words at a 16-byte aligned global address: one 16-byte load when all 8
+    lanes are valid; else only lanes < valid, one 16-bit load each, zeros elsewhere, so a
+    row's last partial vector never reads at or past the row's length (valid 0: nothing)."""
+    text = ("{\n.reg .pred pf, pp, p;\n.reg .b16 h<8>;\n"
+            "mov.b32 $0, 0;\nmov.b32 $1, 0;\nmov.b32 $2, 0;\nmov.b32 $3, 0;\n"
+            "setp.eq.s32 pf, $5, 8;\nsetp.lt.s32 pp, $5, 8;\n"
+            "@pf ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];\n"
+            + "".join(f"mov.b16 h{e}, 0;\n" for e in range(8))
+            + "setp.gt.and.s32 p, $5, 0, pp;\n@p ld.global.nc.u16 h0, [$4];\n"
+            + _partial_lanes()
+            + "\n@pp mov.b32 $0, {h0, h1};\n@pp mov.b32 $1, {h2, h3};\n"
+            "@pp mov.b32 $2, {h4, h5};\n@pp mov.b32 $3, {h6, h7};\n}")
+    return _words(_asm(_u32x4(), [Int64(address), Int32(valid)], text,
+                       "=r,=r,=r,=r,l,r,~{memory}", loc, ip), loc, ip)
+
+
+@dsl_user_op
+def shared_store_u32x4(address: Int32, words, *, loc=None, ip=None):
+    """Store four 32-bit words at a 16-byte aligned shared address of this CTA."""
+    _asm(None, [Int32(address)] + [Uint32(w) for w in words],
+         "st.shared.v4.u32 [$0], {$1, $2, $3, $4};", "r,r,r,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def shared_load_u32x4(address: Int32, *, loc=None, ip=None):
+    """Four 32-bit words at a 16-byte aligned shared address of this CTA."""
+    return _words(_asm(_u32x4(), [Int32(address)], "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];",
+                       "=r,=r,=r,=r,r,~{memory}", loc, ip), loc, ip)
+
+
+@dsl_user_op
+def shared_load_u32(address: Int32, *, loc=None, ip=None) -> Int32:
+    """A 32-bit word at a shared address of this CTA."""
+    return Int32(_asm(T.i32(), [Int32(address)], "ld.shared.u32 $0, [$1];", "=r,r,~{memory}", loc, ip))
+
+
+@dsl_user_op
+def shared_load_u16(address: Int32, *, loc=None, ip=None) -> Int32:
+    """A 16-bit half word at a shared address of this CTA, zero-extended."""
+    return Int32(_asm(T.i32(), [Int32(address)],
+                      "{\n.reg .b16 t;\nld.shared.u16 t, [$1];\ncvt.u32.u16 $0, t;\n}",
+                      "=r,r,~{memory}", loc, ip))
+
+
+@dsl_user_op
+def shared_store_u32(address: Int32, value: Int32, *, loc=None, ip=None):
+    """Store a 32-bit word at a shared address of this CTA."""
+    _asm(None, [Int32(address), Int32(value)], "st.shared.u32 [$0], $1;", "r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def shared_store_u16(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=None):
+    """Store the low half of value at a shared address of this CTA if predicate != 0."""
+    _asm(None, [Int32(address), Int32(value), Int32(predicate)],
+         "{\n.reg .pred p;\n.reg .b16 t;\nsetp.ne.s32 p, $2, 0;\ncvt.u16.u32 t, $1;\n"
+         "@p st.shared.u16 [$0], t;\n}", "r,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def shared_red(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=None):
+    """Atomic add to a shared word of this CTA if predicate != 0 (no return value)."""
+    _asm(None, [Int32(address), Int32(value), Int32(predicate)],
+         "{\n.reg .pred p;\nsetp.ne.s32 p, $2, 0;\n@p red.shared.add.u32 [$0], $1;\n}",
+         "r,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def shared_atomic_add(address: Int32, value: Int32, *, loc=None, ip=None) -> Int32:
+    """Atomic add to a shared word of this CTA; returns the old value."""
+    return Int32(_asm(T.i32(), [Int32(address), Int32(value)], "atom.shared.add.u32 $0, [$1], $2;",
+                      "=r,r,r,~{memory}", loc, ip))
+
+
+@dsl_user_op
+def peer_address(address: Int32, rank: Int32, *, loc=None, ip=None) -> Int32:
+    """The cluster address of this CTA's shared address in CTA rank."""
+    return Int32(_asm(T.i32(), [Int32(address), Int32(rank)], "mapa.shared::cluster.u32 $0, $1, $2;",
+                      "=r,r,r", loc, ip))
+
+
+@dsl_user_op
+def cluster_store_u16(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=None):
+    """Store the low half of a word to cluster shared memory if predicate != 0."""
+    _asm(None, [Int32(address), Int32(value), Int32(predicate)],
+         "{\n.reg .pred p;\n.reg .b16 t;\nsetp.ne.s32 p, $2, 0;\ncvt.u16.u32 t, $1;\n"
+         "@p st.shared::cluster.u16 [$0], t;\n}", "r,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def cluster_store_u32(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=None):
+    """Store a 32-bit word to cluster shared memory if predicate != 0."""
+    _asm(None, [Int32(address), Int32(value), Int32(predicate)],
+         "{\n.reg .pred p;\nsetp.ne.s32 p, $2, 0;\n@p st.shared::cluster.u32 [$0], $1;\n}",
+         "r,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def cluster_load(address: Int32, *, loc=None, ip=None) -> Int32:
+    """Load a cluster shared word."""
+    return Int32(_asm(T.i32(), [Int32(address)], "ld.shared::cluster.u32 $0, [$1];",
+                      "=r,r,~{memory}", loc, ip))
+
+
+@dsl_user_op
+def cluster_red(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=None):
+    """Atomic add to a cluster shared word if predicate != 0 (no return value)."""
+    _asm(None, [Int32(address), Int32(value), Int32(predicate)],
+         "{\n.reg .pred p;\nsetp.ne.s32 p, $2, 0;\n"
+         "@p red.relaxed.cluster.shared::cluster.add.u32 [$0], $1;\n}", "r,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def cluster_add_u64(address: Int32, value: Uint64, *, loc=None, ip=None) -> Uint64:
+    """Atomic add to an 8-byte aligned cluster shared word pair; returns the old pair.
+    (One atomic reserves two ranges: the low word counts gt keys, the high word eq keys.)"""
+    return Uint64(_asm(T.i64(), [Int32(address), Uint64(value)],
+                       "atom.relaxed.cluster.shared::cluster.add.u64 $0, [$1], $2;",
+                       "=l,r,l,~{memory}", loc, ip))
+
+
+@dsl_user_op
+def store_s32(address: Int64, value: Int32, predicate: Int32, *, loc=None, ip=None):
+    """Store a 32-bit word to global memory if predicate != 0."""
+    _asm(None, [Int64(address), Int32(value), Int32(predicate)],
+         "{\n.reg .pred p;\nsetp.ne.s32 p, $2, 0;\n@p st.global.s32 [$0], $1;\n}",
+         "l,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def max_nan_bf16x2(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
+    """Lane-wise maximum of two BF16 pairs, NaN if either is NaN (canonical 0x7FFF)."""
+    return Uint32(llvm.inline_asm(T.i32(), [Uint32(a).ir_value(loc=loc, ip=ip), Uint32(b).ir_value(loc=loc, ip=ip)],
+                                  "max.NaN.bf16x2 $0, $1, $2;", "=r,r,r", has_side_effects=False,
+                                  is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
+
+
+def shfl_up(value, delta):
+    """value of the lane delta below (own value in the lowest lanes)."""
+    return cute.arch.shuffle_sync_up(value, delta)
+
+
+def cluster_sync():
+    """A full cluster barrier (arrive has release, wait acquire semantics)."""
+    cute.arch.cluster_arrive()
+    cute.arch.cluster_wait()
+
+
+# ---------------------------------------------------------------------------------------
+# Keys (SPEC.md 1.2, 1.3).
+# ---------------------------------------------------------------------------------------
+def order_key(bits):
+    """The order-preserving key of the BF16 value in the low half of bits: bits ^ 0x8000
+    for a clear sign bit, ~bits for a set one. Why the multiply: the sign bit moved to
+    bit 0 times 0x7FFF is the extra mask a negative value needs, with no branch."""
+    b = Uint32(bits) & Uint32(0xFFFF)
+    return Int32((b ^ Uint32(0x8000) ^ ((b >> 15) * Uint32(0x7FFF))) & Uint32(0xFFFF))
+
+
+def word_key(words, e):
+    """The key of element e of a vector's words (element e is the low half of word e // 2
+    when e is even: the first logit sits at the lowest address)."""
+    return order_key(words[e // 2] >> (16 * (e % 2)))
+
+
+def block_key(words):
+    """The key of the NaN-propagating maximum of eight BF16 values (max.NaN.bf16x2: any
+    NaN gives 0x7FFF; max(-0, +0) = +0). The last step folds the high pair into the low."""
+    m = max_nan_bf16x2(max_nan_bf16x2(words[0], words[1]), max_nan_bf16x2(words[2], words[3]))
+    return order_key(max_nan_bf16x2(m, m >> 16))
+
+
+def hist_add(hist, bin_, valid, lane, copies):
+    """Count each valid lane's bin_ with one shared atomic. copies: 8 spreads a warp's
+    atomics over 8 copies of each bin (bin-major, so a crowded bin's copies sit in 8
+    different banks), 1 uses a single histogram."""
+    if const_expr(copies == 1):
+        shared_red(hist + bin_ * 4, Int32(1), valid)
+    else:
+        shared_red(hist + (bin_ * copies + (lane & (copies - 1))) * 4, Int32(1), valid)
+
+
+def _pick(condition, a, b):
+    """a where condition (a Boolean, or an Int32 0/1 predicate) holds, else b, as Int32."""
+    if isinstance(condition, Int32):
+        condition = condition != 0
+    return Int32(cutlass.select_(condition, Int32(a), Int32(b)))
+
+
+@cute.jit
+def select_bin(hist: Int32, q: Int32, result: Int32, lane: Int32):
+    """Warp 0: the bin b of a 256-bin histogram holding the q-th largest key (counting from
+    the top bin) and the count above it, stored at result[0], result[1]. Lane l sums the 8
+    bins 255 - 8l .. 248 - 8l, an inclusive shuffle scan over lanes gives the counts from the
+    top, and the one lane whose range holds q walks its bins."""
+    top = 255 - 8 * lane
+    counts = [shared_load_u32(hist + (top - j) * 4) for j in range(8)]
+    total = Int32(0)
+    for j in cutlass.range_constexpr(8):
+        total = total + counts[j]
+    inclusive = total
+    for i in cutlass.range_constexpr(5):
+        other = shfl_up(inclusive, 1 << i)
+        inclusive = _pick(lane >= (1 << i), inclusive + other, inclusive)
+    above = inclusive - total
+    if (above < q) & (q <= inclusive):
+        found = Int32(-1)
+        found_above = Int32(0)
+        acc = above
+        for j in cutlass.range_constexpr(8):
+            hit = (found < 0) & (acc + counts[j] >= q)
+            found_above = _pick(hit, acc, found_above)
+            found = _pick(hit, top - j, found)
+            acc = acc + counts[j]
+        shared_store_u32(result, found)
+        shared_store_u32(result + 4, found_above)
+
+
+# ---------------------------------------------------------------------------------------
+# The kernel.
+# ---------------------------------------------------------------------------------------
+class DecodeTopK:
+    """The decode top-k (module docstring) of rows of BF16 logits.
+
+    k: 512, 1024 or 2048; cluster: 4, 8 or 16 CTAs a row (4: 1024 threads, else 512);
+    vector_count: 16-byte vectors a thread stages (8, or 16 at 8 or 16 CTAs), so a row holds
+    at most cluster * threads * vector_count vectors; block_mode: elements are 8-logit
+    block maxima; trace: also write the per-row trace of SPEC.md 2.11.
+
+    Registers keep each staged vector's top (its largest key), the test every filter makes;
+    the words themselves are re-read from shared memory by the few passes that need them.
+    """
+
+    def __init__(self, k: int, cluster: int, vector_count: int, block_mode: bool, trace: bool = False):
+        if k not in KS:
+            raise ValueError(f"k={k} is not one of {KS}")
+        if (cluster, vector_count) not in BUILDS:
+            raise ValueError(f"no build of cluster={cluster}, vector_count={vector_count}; builds: {BUILDS}")
+        self.k = k
+        self.cluster = cluster
+        self.threads = threads_for(cluster)
+        self.vectors = vector_count
+        self.block_mode = bool(block_mode)
+        self.trace = bool(trace)
+        self.samples_per_cta = SAMPLES // cluster
+        slots = self.threads * vector_count
+        # Shared memory, byte offsets; every size is a multiple of 16, so each region keeps
+        # the stage's 16-byte alignment (the pairs need 8). "copies" .. "misc" are zeroed at
+        # the start, before the first cluster barrier.
+        regions = (("stage", slots * 16), ("copies", 256 * HIST_COPIES * 4), ("hist1", 1024),
+                   ("hist2", 1024), ("select", 1024), ("pairs", 16), ("scan", 2 * 32 * 4), ("misc", 64),
+                   ("survivor_index", SURVIVOR_CAPACITY * 4), ("survivor_key", SURVIVOR_CAPACITY * 2),
+                   ("samples", SAMPLES * 2), ("queue", slots * 2))
+        self.offsets = {}
+        offset = 0
+        for name, size in regions:
+            self.offsets[name] = offset
+            offset += size
+        self.smem_bytes = offset
+        self.zero_words = (self.offsets["survivor_index"] - self.offsets["copies"]) // 4
+
+    # -- host call ---------------------------------------------------------------------
+    @cute.jit
+    def __call__(self, logits: cute.Tensor, lengths: cute.Tensor, out: cute.Tensor, trace: cute.Tensor,
+                 stream: cuda.CUstream):
+        """logits: BF16 rows row_bytes apart (16-byte aligned), each holding its row's valid
+        logits first; lengths: int32 valid logits a row; out: int32 [rows, k]; trace: int32
+        [rows, 8], written only by a trace build."""
+        self.kernel(logits, lengths, out, trace).launch(
+            grid=[logits.shape[0] * self.cluster, 1, 1], block=[self.threads, 1, 1],
+            cluster=[self.cluster, 1, 1], stream=stream, use_pdl=True)
+
+    # -- the kernel --------------------------------------------------------------------
+    @cute.kernel
+    def kernel(self, logits: cute.Tensor, lengths: cute.Tensor, out: cute.Tensor, trace: cute.Tensor):
+        """One cluster a row (module docstring)."""
+        C, nt, V, k = self.cluster, self.threads, self.vectors, self.k
+        tid = cute.arch.thread_idx()[0]
+        rank = cute.arch.block_idx_in_cluster()
+        row = cute.arch.block_idx()[0] // C
+        lane = tid & 31
+        allocator = cutlass.memory.SmemAllocator()
+        base = allocator.allocate_array(cutlass.Uint8, self.smem_bytes, byte_alignment=16).toint()
+        sm = {name: base + offset for name, offset in self.offsets.items()}
+
+        for w in cutlass.range_constexpr((self.zero_words + nt - 1) // nt):
+            word = w * nt + tid
+            if word < self.zero_words:
+                shared_store_u32(sm["copies"] + word * 4, Int32(0))
+
+        cute.arch.griddepcontrol_wait()
+        width = logits.shape[1]
+        length = cutlass.min(cutlass.max(Int32(lengths[row]), Int32(0)), width)
+        nv = (length + 7) >> 3
+        n = nv if const_expr(self.block_mode) else length
+        start = (rank * nv) // C
+        count = ((rank + 1) * nv) // C - start
+        row_logits = logits.iterator.toint() + Int64(row) * Int64(logits.layout.stride[0]) * 2
+        out_row = out.iterator.toint() + Int64(row) * (k * 4)
+
+        tops = []
+        for s in cutlass.range_constexpr(V):
+            i = s * nt + tid
+            g = start + i
+            valid = self.lanes_valid(i < count, g, length, nv)
+            words = load_u32x4(row_logits + Int64(g) * 16, valid)
+            shared_store_u32x4(sm["stage"] + i * 16, words)
+            tops.append(self.vector_top(words, valid, i < count, g, nv))
+        cute.arch.sync_threads()
+        cute.arch.griddepcontrol_launch_dependents()
+        cluster_sync()  # every CTA has started and zeroed its counters
+
+        t_reason = Int32(0)
+        t_q = Int32(-1)
+        t_cutoff = Int32(-1)
+        t_gt = Int32(-1)
+        t_eq = Int32(-1)
+        t_kth = Int32(-1)
+        t_above = Int32(-1)
+        t_path = Int32(0)
+        if n <= k:
+            self.short(sm, tid, rank, tops, start, count, length, n, out_row)
+        else:
+            direct = Int32(1)
+            sampled = False if const_expr(self.block_mode) else nv > C * nt
+            if sampled:
+                t_q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(1), (6144 * k + length - 1) // length))
+                self.push_samples(sm, tid, rank, start, count, length)
+                cluster_sync()  # samples complete before the cutoff
+                t_cutoff, unused = self.radix_select(sm, tid, sm["samples"], Int32(SAMPLES), Int32(SAMPLES),
+                                                     Int32(0), t_q)
+                self.gather(sm, tid, tops, t_cutoff, start, length, nv, Int32(0), Int32(0), Int64(0), True)
+                cluster_sync()  # survivors complete before CTA 0 reads them
+                pair = peer_address(sm["pairs"], Int32(0))
+                t_gt = cluster_load(pair)
+                t_eq = cluster_load(pair + 4)
+                t_reason = _pick(t_gt + t_eq > SURVIVOR_CAPACITY, 1, _pick(t_gt + t_eq < k, 2, 0))
+                if t_reason == 0:
+                    direct = Int32(0)
+                    t_path = Int32(1)
+                    if rank == 0:
+                        t_kth, t_above = self.radix_select(
+                            sm, tid, sm["survivor_key"], t_gt + t_eq, t_gt,
+                            SURVIVOR_CAPACITY - t_gt - t_eq, Int32(k))
+                        self.emit(sm, tid, t_gt, t_eq, t_kth, t_above, out_row)
+            if direct == 1:
+                t_path = Int32(2)
+                t_kth, t_above = self.exact_cutoff(sm, tid, lane, tops, start, count, length, nv)
+                self.gather(sm, tid, tops, t_kth, start, length, nv, k - t_above, t_above, out_row, False)
+        cluster_sync()  # no CTA exits while a peer may still touch its shared memory
+
+        if const_expr(self.trace):
+            if (rank == 0) & (tid == 0):
+                trace_row = trace.iterator.toint() + Int64(row) * (len(TRACE_FIELDS) * 4)
+                fields = (t_path, t_reason, t_q, t_cutoff, t_gt, t_eq, t_kth, t_above)
+                for f in cutlass.range_constexpr(len(TRACE_FIELDS)):
+                    store_s32(trace_row + f * 4, fields[f], Int32(1))
+
+    # -- staging -----------------------------------------------------------------------
+    def lanes_valid(self, exists, g, length, nv):
+        """Lanes of global vector g to load: token mode, those before the row's length;
+        block mode, all 8, or none for the pinned newest block."""
+        if const_expr(self.block_mode):
+            return _pick(exists & (g != nv - 1), 8, 0)
+        return _pick(exists, cutlass.min(length - g * 8, Int32(8)), 0)
+
+    def vector_top(self, words, valid, exists, g, nv):
+        """The largest key of a staged vector whose first element is at g (token: over its
+        valid lanes; block: the block's key, +inf for the newest), -1 if it holds none."""
+        if const_expr(self.block_mode):
+            return _pick(exists, _pick(g == nv - 1, KEY_POS_INF, block_key(words)), -1)
+        top = Int32(-1)
+        for e in range(8):
+            top = _pick(e < valid, cutlass.max(top, word_key(words, e)), top)
+        return top
+
+    def elements(self, words, g, length, nv):
+        """(key, valid, index) of each element of vector g's words."""
+        if const_expr(self.block_mode):
+            return [(_pick(g == nv - 1, KEY_POS_INF, block_key(words)), Int32(1), g)]
+        valid = length - g * 8
+        return [(word_key(words, e), _pick(e < valid, 1, 0), g * 8 + e) for e in range(8)]
+
+    def vector_words(self, sm, i):
+        """The four words of the chunk's vector i in shared memory."""
+        return shared_load_u32x4(sm["stage"] + i * 16)
+
+    # -- short rows --------------------------------------------------------------------
+    @cute.jit
+    def short(self, sm, tid, rank, tops, start, count, length, n, out_row):
+        """n <= k: out[j] = j (-1 for a -inf block) for the chunk's elements; the cluster
+        writes the padding j in [n, k) with -1."""
+        for s in cutlass.range_constexpr(self.vectors):
+            i = s * self.threads + tid
+            g = start + i
+            exists = _pick(i < count, 1, 0)
+            if const_expr(self.block_mode):
+                store_s32(out_row + Int64(g) * 4, _pick(tops[s] == KEY_NEG_INF, -1, g), exists)
+            else:
+                valid = length - g * 8
+                for e in cutlass.range_constexpr(8):
+                    store_s32(out_row + Int64(g * 8 + e) * 4, g * 8 + e, exists & _pick(e < valid, 1, 0))
+        stride = self.cluster * self.threads
+        for j in cutlass.range(n + rank * self.threads + tid, self.k, stride):
+            store_s32(out_row + Int64(j) * 4, Int32(-1), Int32(1))
+
+    # -- sampling ----------------------------------------------------------------------
+    @cute.jit
+    def push_samples(self, sm, tid, rank, start, count, length):
+        """Sample j of this CTA is the logit at chunk offset ((2j + 1) m) // (2 S) of its m
+        valid logits; its key goes to slot rank * S + j of every CTA's samples."""
+        per = self.samples_per_cta
+        if tid < per:
+            m = cutlass.min((start + count) * 8, length) - start * 8
+            p = ((2 * tid + 1) * m) // (2 * per)
+            key = order_key(shared_load_u16(sm["stage"] + (p >> 3) * 16 + (p & 7) * 2))
+            slot = sm["samples"] + (rank * per + tid) * 2
+            for c in cutlass.range_constexpr(self.cluster):
+                cluster_store_u16(peer_address(slot, Int32(c)), key, Int32(1))
+
+    # -- CTA-wide building blocks ------------------------------------------------------
+    @cute.jit
+    def scan2(self, sm, tid, a, b):
+        """Exclusive CTA prefix sums of a and b over the threads, and their totals:
+        (prefix_a, prefix_b, total_a, total_b). Warp shuffles, then every thread adds the
+        warp sums below its own; the closing barrier frees the scratch for the next scan."""
+        lane = tid & 31
+        warp = tid >> 5
+        ia = a
+        ib = b
+        for i in cutlass.range_constexpr(5):
+            oa = shfl_up(ia, 1 << i)
+            ob = shfl_up(ib, 1 << i)
+            ia = _pick(lane >= (1 << i), ia + oa, ia)
+            ib = _pick(lane >= (1 << i), ib + ob, ib)
+        if lane == 31:
+            shared_store_u32(sm["scan"] + warp * 4, ia)
+            shared_store_u32(sm["scan"] + (32 + warp) * 4, ib)
+        cute.arch.sync_threads()
+        pa = ia - a
+        pb = ib - b
+        ta = Int32(0)
+        tb = Int32(0)
+        for w in cutlass.range_constexpr(self.threads // 32):
+            sa = shared_load_u32(sm["scan"] + w * 4)
+            sb = shared_load_u32(sm["scan"] + (32 + w) * 4)
+            pa = _pick(w < warp, pa + sa, pa)
+            pb = _pick(w < warp, pb + sb, pb)
+            ta = ta + sa
+            tb = tb + sb
+        cute.arch.sync_threads()
+        return pa, pb, ta, tb
+
+    @cute.jit
+    def select(self, sm, tid, hist, q):
+        """(bin, count above) of the q-th largest in a 256-bin histogram, for every thread."""
+        if tid < 32:
+            select_bin(hist, q, sm["misc"] + 4, tid)
+        cute.arch.sync_threads()
+        return shared_load_u32(sm["misc"] + 4), shared_load_u32(sm["misc"] + 8)
+
+    @cute.jit
+    def radix_select(self, sm, tid, keys, count, gap_at, gap, q):
+        """The q-th largest of keys[0:count] (shared Uint16, q <= count; entries at or past
+        gap_at sit gap slots further on) and the count of keys above it: two 8-bit passes
+        over one histogram."""
+        hist = sm["select"]
+        if tid < 256:
+            shared_store_u32(hist + tid * 4, Int32(0))
+        cute.arch.sync_threads()
+        for j in cutlass.range(tid, count, self.threads):
+            key = shared_load_u16(keys + (j + _pick(j >= gap_at, gap, 0)) * 2)
+            shared_red(hist + (key >> 8) * 4, Int32(1), Int32(1))
+        cute.arch.sync_threads()
+        high, above_high = self.select(sm, tid, hist, q)
+        if tid < 256:
+            shared_store_u32(hist + tid * 4, Int32(0))
+        cute.arch.sync_threads()
+        for j in cutlass.range(tid, count, self.threads):
+            key = shared_load_u16(keys + (j + _pick(j >= gap_at, gap, 0)) * 2)
+            shared_red(hist + (key & 255) * 4, Int32(1), _pick((key >> 8) == high, 1, 0))
+        cute.arch.sync_threads()
+        low, above_low = self.select(sm, tid, hist, q - above_high)
+        return (high << 8) | low, above_high + above_low
+
+    # -- the direct path ---------------------------------------------------------------
+    @cute.jit
+    def count_vector(self, sm, tid, lane, tops, start, count, length, nv, high):
+        """Count the chunk's keys into the 8-copy histogram: pass 1 (high < 0) by high byte,
+        pass 2 by low byte of the keys whose high byte is high."""
+        for s in cutlass.range_constexpr(self.vectors):
+            i = s * self.threads + tid
+            exists = _pick(i < count, 1, 0)
+            if const_expr(self.block_mode):
+                elements = [(tops[s], exists)]
+            else:
+                words = self.vector_words(sm, i)
+                elements = [(key, exists & ok) for key, ok, unused in
+                            self.elements(words, start + i, length, nv)]
+            for e in cutlass.range_constexpr(len(elements)):
+                key, ok = elements[e]
+                if high < 0:
+                    hist_add(sm["copies"], key >> 8, ok, lane, HIST_COPIES)
+                else:
+                    hist_add(sm["copies"], key & 255, ok & _pick((key >> 8) == high, 1, 0), lane, HIST_COPIES)
+
+    @cute.jit
+    def push_histogram(self, sm, tid, target):
+        """Sum the 8 copies of each bin (zeroing them for the next pass) and add the non-zero
+        bins into target of every CTA."""
+        if tid < 256:
+            total = Int32(0)
+            for c in cutlass.range_constexpr(HIST_COPIES):
+                address = sm["copies"] + (tid * HIST_COPIES + c) * 4
+                total = total + shared_load_u32(address)
+                shared_store_u32(address, Int32(0))
+            for p in cutlass.range_constexpr(self.cluster):
+                cluster_red(peer_address(target + tid * 4, Int32(p)), total, _pick(total > 0, 1, 0))
+
+    @cute.jit
+    def exact_cutoff(self, sm, tid, lane, tops, start, count, length, nv):
+        """The row's exact k-th largest key and how many keys exceed it, from two
+        cluster-wide 8-bit radix histograms."""
+        self.count_vector(sm, tid, lane, tops, start, count, length, nv, Int32(-1))
+        cute.arch.sync_threads()
+        self.push_histogram(sm, tid, sm["hist1"])
+        cluster_sync()  # histogram contributions complete before they are read
+        high, above_high = self.select(sm, tid, sm["hist1"], Int32(self.k))
+        self.count_vector(sm, tid, lane, tops, start, count, length, nv, high)
+        cute.arch.sync_threads()
+        self.push_histogram(sm, tid, sm["hist2"])
+        cluster_sync()
+        low, above_low = self.select(sm, tid, sm["hist2"], self.k - above_high)
+        return (high << 8) | low, above_high + above_low
+
+    # -- filtering (both paths) --------------------------------------------------------
+    @cute.jit
+    def queue_vectors(self, sm, tid, tops, cutoff):
+        """Queue this CTA's vectors that can hold a key >= cutoff (by top); returns the
+        queue's length. A scan, not atomics, gives each thread its queue slots."""
+        mine = Int32(0)
+        for s in cutlass.range_constexpr(self.vectors):
+            mine = mine + _pick(tops[s] >= cutoff, 1, 0)
+        first, unused_b, queued, unused_tb = self.scan2(sm, tid, mine, Int32(0))
+        slot = first
+        for s in cutlass.range_constexpr(self.vectors):
+            hit = _pick(tops[s] >= cutoff, 1, 0)
+            shared_store_u16(sm["queue"] + slot * 2, s * self.threads + tid, hit)
+            slot = slot + hit
+        cute.arch.sync_threads()
+        return queued
+
+    @cute.jit
+    def count_queued(self, sm, tid, queued, cutoff, start, length, nv):
+        """This thread's keys above and equal to cutoff in its share of the queue (entries
+        tid, tid + threads, ...)."""
+        gt = Int32(0)
+        eq = Int32(0)
+        for entry in cutlass.range(tid, queued, self.threads):
+            i = shared_load_u16(sm["queue"] + entry * 2)
+            for key, ok, unused in self.elements(self.vector_words(sm, i), start + i, length, nv):
+                gt = gt + (ok & _pick(key > cutoff, 1, 0))
+                eq = eq + (ok & _pick(key == cutoff, 1, 0))
+        return gt, eq
+
+    @cute.jit
+    def reserve(self, sm, tid, pair, gt_total, eq_total):
+        """One cluster atomic on CTA 0's pair reserves this CTA's gt and eq ranges; returns
+        their bases for every thread."""
+        if tid == 0:
+            old = cluster_add_u64(peer_address(pair, Int32(0)), (Uint64(eq_total) << 32) | Uint64(gt_total))
+            shared_store_u32(sm["misc"] + 12, Int32(old & Uint64(0xFFFFFFFF)))
+            shared_store_u32(sm["misc"] + 16, Int32(old >> 32))
+        cute.arch.sync_threads()
+        return shared_load_u32(sm["misc"] + 12), shared_load_u32(sm["misc"] + 16)
+
+    @cute.jit
+    def gather(self, sm, tid, tops, cutoff, start, length, nv, need, above, out_row, sampled: cutlass.Constexpr):
+        """Filter with cutoff and place the selected keys. Sampled path: push this CTA's
+        keys above cutoff and up to k keys equal to it to CTA 0's survivors. Direct path:
+        write keys above cutoff to out[0:above] and the first need keys equal to it (over
+        the cluster) to out[above:k]."""
+        queued = self.queue_vectors(sm, tid, tops, cutoff)
+        gt, eq = self.count_queued(sm, tid, queued, cutoff, start, length, nv)
+        prefix_gt, prefix_eq, gt_total, eq_total = self.scan2(sm, tid, gt, eq)
+        if const_expr(sampled):
+            eq_total = cutlass.min(eq_total, Int32(self.k))
+            base_gt, base_eq = self.reserve(sm, tid, sm["pairs"], gt_total, eq_total)
+        else:
+            base_gt, base_eq = self.reserve(sm, tid, sm["pairs"] + 8, gt_total, eq_total)
+        rank_gt = base_gt + prefix_gt
+        rank_eq = prefix_eq
+        survivor_index = peer_address(sm["survivor_index"], Int32(0))
+        survivor_key = peer_address(sm["survivor_key"], Int32(0))
+        for entry in cutlass.range(tid, queued, self.threads):
+            i = shared_load_u16(sm["queue"] + entry * 2)
+            for key, ok, index in self.elements(self.vector_words(sm, i), start + i, length, nv):
+                is_gt = ok & _pick(key > cutoff, 1, 0)
+                is_eq = ok & _pick(key == cutoff, 1, 0)
+                slot_eq = base_eq + rank_eq
+                if const_expr(sampled):
+                    keep_gt = is_gt & _pick(rank_gt < SURVIVOR_CAPACITY, 1, 0)
+                    keep_eq = is_eq & _pick((rank_eq < self.k) & (slot_eq < SURVIVOR_CAPACITY), 1, 0)
+                    slot = _pick(is_gt, rank_gt, SURVIVOR_CAPACITY - 1 - slot_eq)
+                    slot = cutlass.min(cutlass.max(slot, Int32(0)), Int32(SURVIVOR_CAPACITY - 1))
+                    cluster_store_u32(survivor_index + slot * 4, index, keep_gt | keep_eq)
+                    cluster_store_u16(survivor_key + slot * 2, key, keep_gt | keep_eq)
+                else:
+                    value = index
+                    if const_expr(self.block_mode):
+                        value = _pick(key == KEY_NEG_INF, -1, index)
+                    store_s32(out_row + Int64(rank_gt) * 4, value, is_gt)
+                    keep_eq = is_eq & _pick(slot_eq < need, 1, 0)
+                    store_s32(out_row + Int64(above + slot_eq) * 4, value, keep_eq)
+                rank_gt = rank_gt + is_gt
+                rank_eq = rank_eq + is_eq
+
+    @cute.jit
+    def emit(self, sm, tid, gt, eq, kth, above, out_row):
+        """CTA 0, sampled path: write the row's k indices from the gathered survivors
+        (slots [0, gt) and [capacity - eq, capacity)): keys above kth to out[0:above], the
+        first k - above keys equal to it after them."""
+        count = gt + eq
+        gap = SURVIVOR_CAPACITY - count
+        mine_gt = Int32(0)
+        mine_eq = Int32(0)
+        for j in cutlass.range(tid, count, self.threads):
+            key = shared_load_u16(sm["survivor_key"] + (j + _pick(j >= gt, gap, 0)) * 2)
+            mine_gt = mine_gt + _pick(key > kth, 1, 0)
+            mine_eq = mine_eq + _pick(key == kth, 1, 0)
+        rank_gt, rank_eq, unused_a, unused_b = self.scan2(sm, tid, mine_gt, mine_eq)
+        for j in cutlass.range(tid, count, self.threads):
+            slot = j + _pick(j >= gt, gap, 0)
+            key = shared_load_u16(sm["survivor_key"] + slot * 2)
+            index = shared_load_u32(sm["survivor_index"] + slot * 4)
+            is_gt = _pick(key > kth, 1, 0)
+            is_eq = _pick(key == kth, 1, 0)
+            store_s32(out_row + Int64(rank_gt) * 4, index, is_gt)
+            store_s32(out_row + Int64(above + rank_eq) * 4, index, is_eq & _pick(rank_eq < self.k - above, 1, 0))
+            rank_gt = rank_gt + is_gt
+            rank_eq = rank_eq + is_eq
+
+
+# ---------------------------------------------------------------------------------------
+# Cached compile.
+# ---------------------------------------------------------------------------------------
+def fake_arguments(k: int):
+    """The fake (logits, lengths, out, trace, stream) every variant is compiled with: rows
+    and width dynamic, the row stride a dynamic multiple of 8 elements (16-byte rows)."""
+    make = cute.runtime.make_fake_tensor
+    logits = make(cutlass.BFloat16, (cute.sym_int32(), cute.sym_int32()),
+                  (cute.sym_int64(divisibility=8), 1), assumed_align=16)
+    lengths = make(Int32, (cute.sym_int32(),), (1,), assumed_align=4)
+    out = make(Int32, (cute.sym_int32(), k), (k, 1), assumed_align=16)
+    trace = make(Int32, (cute.sym_int32(), len(TRACE_FIELDS)), (len(TRACE_FIELDS), 1), assumed_align=16)
+    return logits, lengths, out, trace, cute.runtime.make_fake_stream()
+
+
+def variants():
+    """Every (k, cluster, vector_count, block_mode) this module builds."""
+    return [(k, cluster, vectors, block_mode) for k in KS for cluster, vectors in BUILDS
+            for block_mode in (False, True)]
+
+
+_compiled = {}
+_compile_lock = threading.Lock()
+
+
+def compile_decode_topk(k, cluster, vector_count, block_mode, trace=False, arch=None, options=None):
+    """Compile one variant (cached: cute.compile itself never caches). arch, e.g.
+    "sm_100a", compiles for that target instead of the current device (CUTE_DSL_ARCH)."""
+    key = (k, cluster, vector_count, bool(block_mode), bool(trace), arch, options)
+    with _compile_lock:
+        if key not in _compiled:
+            topk = DecodeTopK(k, cluster, vector_count, block_mode, trace)
+            saved = os.environ.get("CUTE_DSL_ARCH")
+            if arch is not None:
+                os.environ["CUTE_DSL_ARCH"] = arch
+            try:
+                extra = {} if options is None else {"options": options}
+                _compiled[key] = cute.compile(topk, *fake_arguments(k), **extra)
+            finally:
+                if arch is not None:
+                    if saved is None:
+                        os.environ.pop("CUTE_DSL_ARCH", None)
+                    else:
+                        os.environ["CUTE_DSL_ARCH"] = saved
+        return _compiled[key]
+
+
+@functools.lru_cache(maxsize=None)
+def _hardware_resident(cluster: int) -> int:
+    # cutlass.utils.HardwareInfo asks the driver about a one-CTA-per-SM kernel of this
+    # cluster size: a GPC-geometry proxy for the real kernel, whose shared memory (over
+    # 128 KB at every build) also allows one CTA an SM.
+    return cutlass.utils.HardwareInfo().get_max_active_clusters(cluster)
+
+
+def resident_clusters(cluster: int, vectors: int) -> int:
+    """Clusters of this build the current device keeps resident at once."""
+    return _hardware_resident(cluster)
+
+
+def supports_decode_topk(logits, k: int, block_mode: bool = False) -> bool:
+    """Whether decode_topk takes these BF16 logits (16-byte aligned rows of unit inner
+    stride, a CUDA tensor, a width some build holds, rows within the 16-CTA build's two
+    waves) with this k."""
+    try:
+        _check_logits(logits, k)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_logits(logits, k):
+    import torch
+
+    if k not in KS:
+        raise ValueError(f"k={k} is not one of {KS}")
+    if not isinstance(logits, torch.Tensor):
+        raise ValueError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+    if logits.dtype != torch.bfloat16:
+        raise ValueError(f"logits must be torch.bfloat16, got {logits.dtype}")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be 2-D [rows, width], got shape {tuple(logits.shape)}")
+    if not logits.is_cuda:
+        raise ValueError(f"logits must be on a CUDA device, got {logits.device}")
+    rows, width = logits.shape
+    if logits.stride(1) != 1 and width > 1:
+        raise ValueError(f"logits must have unit inner stride, got stride {logits.stride()}")
+    if logits.stride(0) % LOGITS_PER_VECTOR != 0 and rows > 1:
+        raise ValueError(f"logits row stride {logits.stride(0)} is not a multiple of 8 elements (16 bytes)")
+    if logits.data_ptr() % 16 != 0:
+        raise ValueError(f"logits base address {logits.data_ptr():#x} is not 16-byte aligned")
+    check_width(width)
+    limit = max_rows(width, resident_clusters)
+    if limit is not None and rows > limit:
+        raise ValueError(f"{rows} rows of width {width} exceed the 16-CTA build's {WAVES_16} waves ({limit} rows)")
+
+
+def _check_int32(name, tensor, shape, device):
+    import torch
+
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int32:
+        raise ValueError(f"{name} must be a torch.int32 tensor, got {getattr(tensor, 'dtype', type(tensor))}")
+    if tuple(tensor.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(tensor.shape)}")
+    if tensor.device != device:
+        raise ValueError(f"{name} is on {tensor.device}, logits on {device}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name} must be contiguous, got strides {tensor.stride()}")
+
+
+def _dummy_trace(rows, device):
+    import torch
+
+    return torch.empty((rows, len(TRACE_FIELDS)), dtype=torch.int32, device=device)
+
+
+def _as_cute(tensor, align):
+    from cutlass.cute.runtime import from_dlpack
+
+    return from_dlpack(tensor, assumed_align=align)
+
+
+def decode_topk(logits, lengths, k: int, out=None, block_mode: bool = False, trace=None, build=None):
+    """Launch DecodeTopK on the current stream: out[r] = the indices of the k largest
+    elements of logits[r, :lengths[r]] (SPEC.md). logits: CUDA bfloat16 [rows, width]
+    (16-byte aligned rows, unit inner stride); lengths: int32 [rows]; out: int32 [rows, k]
+    (allocated if None); trace: int32 [rows, 8] to get the per-row trace; build:
+    (cluster, vectors) to override the launch policy. Returns out."""
+    import torch
+
+    _check_logits(logits, k)
+    rows, width = logits.shape
+    _check_int32("lengths", lengths, (rows,), logits.device)
+    if out is None:
+        out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
+    _check_int32("out", out, (rows, k), logits.device)
+    if trace is not None:
+        _check_int32("trace", trace, (rows, len(TRACE_FIELDS)), logits.device)
+    if rows == 0:
+        return out
+    if build is None:
+        cluster, _, vectors = build_for(rows, width, resident_clusters)
+    else:
+        cluster, vectors = build
+        if (cluster, vectors) not in BUILDS or width > capacity(cluster, vectors):
+            raise ValueError(f"build {build} does not hold rows of width {width}; builds: {BUILDS}")
+    compiled = compile_decode_topk(k, cluster, vectors, block_mode, trace is not None)
+    # The plain build never touches its trace argument, but every variant has one.
+    trace_arg = trace if trace is not None else _dummy_trace(rows, logits.device)
+    logits_arg = _as_cute(logits, 16).mark_layout_dynamic(leading_dim=1)
+    stream = cuda.CUstream(torch.cuda.current_stream(logits.device).cuda_stream)
+    compiled(logits_arg, _as_cute(lengths, 4), _as_cute(out, 16), _as_cute(trace_arg, 16), stream)
+    return out
+
+
+def precompile(max_width: int, k_values=KS, block_modes=(False, True), trace: bool = False, arch=None):
+    """Compile the DecodeTopK variants decode_topk launches on rows of up to max_width
+    logits, so the first decode call compiles nothing. Returns the variants compiled."""
+    check_width(max_width)
+    # The builds the policy picks at any width up to max_width, for any row count: each
+    # build's widest row (capped at max_width), with one row resident and with two rows
+    # of which only one is (so both 8x512 and 4x1024 appear).
+    widths = {min(max_width, capacity(cluster, vectors)) for cluster, vectors in BUILDS}
+    builds = sorted({build_for(rows, width, lambda cluster, vectors: 1)[::2]
+                     for width in widths for rows in (1, 2)})
+    done = []
+    for k in k_values:
+        for cluster, vectors in builds:
+            for block_mode in block_modes:
+                compile_decode_topk(k, cluster, vectors, block_mode, trace, arch)
+                done.append((k, cluster, vectors, block_mode))
+    return done
