@@ -1,0 +1,307 @@
+"""The case catalogue: one table (`CASES`) of named, seeded conformance cases.
+
+Each case makes `(logits_bits uint16 [rows, width], lengths int32 [rows])` from
+`np.random.default_rng(seed)` alone, so a case name and seed reproduce a failure. Level
+`ci` is small and fast; level `full` is `ci` plus the big ones (widths up to 1,048,576).
+Most rows are shorter than the width and carry garbage and NaN past their length, because
+real callers leave those there and the contract says they never matter.
+
+Every width is a multiple of 8, because the kernel reads rows as 16-byte vectors and needs
+a row stride of a multiple of 8 logits.
+"""
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+import numpy as np
+
+from reference.bits import (
+    NEG_INF_BITS,
+    POS_INF_BITS,
+    bf16_bits_from_float32,
+    bits_from_key,
+)
+from reference.topk import KS, validate_inputs
+
+LEVELS = ("ci", "full")
+MODES = (False, True)  # token mode, block mode
+
+# Special bit patterns sprinkled into rows: NaNs of both signs and several payloads
+# (quiet, signalling, canonical, all-ones), both zeros and both infinities.
+NAN_PATTERNS = np.array([0x7FC0, 0xFFC0, 0x7F81, 0xFF81, 0x7FFF, 0xFFFF, 0x7FA5, 0xFFA5], np.uint16)
+SPECIAL_PATTERNS = np.concatenate([NAN_PATTERNS, np.array([0x0000, 0x8000, POS_INF_BITS, NEG_INF_BITS], np.uint16)])
+
+# Lengths where the kernel changes behaviour: 32768 logits = 4096 vectors = one vector a
+# thread of an 8x512 or 4x1024 cluster (the sampled-path threshold); 262144 = a cluster's
+# capacity at 8 vectors a thread; 524288 the 8x512x16 capacity.
+KERNEL_BOUNDARY_LENGTHS = (32767, 32768, 32769, 262143, 262144)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A named, seeded case: `make(rng)` returns (logits_bits, lengths)."""
+
+    name: str
+    level: str
+    seed: int
+    make: Callable
+    comment: str
+    ks: tuple = KS
+    modes: tuple = MODES
+
+    def generate(self):
+        """The case's (logits_bits, lengths), the same on every call."""
+        logits, lengths = self.make(np.random.default_rng(self.seed))
+        lengths = np.asarray(lengths, dtype=np.int32)
+        validate_inputs(logits, lengths, self.ks[0])
+        if logits.shape[1] % 8:
+            raise ValueError(f"case {self.name}: width {logits.shape[1]} is not a multiple of 8")
+        return logits, lengths
+
+
+# ----------------------------------------------------------------------------------------
+# Building blocks
+# ----------------------------------------------------------------------------------------
+
+def garbage(rng, size):
+    """Random bit patterns with one in four a NaN or other special: what lies past a
+    row's length."""
+    bits = rng.integers(0, 1 << 16, size=size, dtype=np.uint16)
+    special = rng.random(size) < 0.25
+    bits[special] = rng.choice(SPECIAL_PATTERNS, size=int(special.sum()))
+    return bits
+
+
+def fill_past_lengths(rng, logits, lengths):
+    """Overwrite every row's logits at and past its length with garbage."""
+    for r, length in enumerate(lengths):
+        logits[r, length:] = garbage(rng, logits.shape[1] - int(length))
+    return logits
+
+
+def normal_bits(rng, shape, scale=1.0):
+    return bf16_bits_from_float32(rng.standard_normal(shape, dtype=np.float32) * np.float32(scale))
+
+
+def mixed_lengths(rng, rows, width, full_rows=1):
+    """Lengths between width/2 and width, the first `full_rows` of them exactly width."""
+    lengths = rng.integers(width // 2, width + 1, size=rows)
+    lengths[:full_rows] = width
+    return lengths
+
+
+def indexer_keys(rng, width, rho, dim):
+    """Keys k_s = sqrt(rho) kbar + sqrt(1 - rho) eps_s, all N(0, I_D), float32 [width, D]:
+    rho sets how alike the keys are, hence how few distinct logits a row holds."""
+    kbar = rng.standard_normal(dim, dtype=np.float32)
+    eps = rng.standard_normal((width, dim), dtype=np.float32)
+    return np.float32(np.sqrt(rho)) * kbar + np.float32(np.sqrt(1.0 - rho)) * eps
+
+
+def indexer_logits(rng, keys, heads):
+    """One row of indexer-like logits over `keys` as BF16 bits:
+    logit_s = sum_h w_h relu(q_h . k_s) / sqrt(D), w_h = (1 + 0.5 z_h) / sqrt(H)."""
+    dim = keys.shape[1]
+    q = rng.standard_normal((heads, dim), dtype=np.float32)
+    w = ((1.0 + 0.5 * rng.standard_normal(heads, dtype=np.float32)) / np.sqrt(heads)).astype(np.float32)
+    scores = q @ keys.T
+    np.maximum(scores, 0.0, out=scores)
+    return bf16_bits_from_float32((w @ scores) / np.float32(np.sqrt(dim)))
+
+
+def indexer_row(rng, width, rho, heads=32, dim=64):
+    """A single indexer-like row (fresh keys)."""
+    return indexer_logits(rng, indexer_keys(rng, width, rho, dim), heads)
+
+
+# ----------------------------------------------------------------------------------------
+# Generators, one a kind of case
+# ----------------------------------------------------------------------------------------
+
+def make_indexer(rng, rows, width, rho, heads, dim):
+    """Rows of one batch share the keys (one sequence, several queries), because a fresh
+    [width, D] key matrix a row would dominate the generation time."""
+    keys = indexer_keys(rng, width, rho, dim)
+    logits = np.stack([indexer_logits(rng, keys, heads) for _ in range(rows)])
+    lengths = mixed_lengths(rng, rows, width)
+    return fill_past_lengths(rng, logits, lengths), lengths
+
+
+def make_one_value(rng, width):
+    """Each row a single value, so K is that value and every choice is a tie."""
+    values = np.array([0x3F80, 0x0000, 0x8000, POS_INF_BITS, NEG_INF_BITS, 0x7FC0, 0xFFC0, 0x0001], np.uint16)
+    logits = np.repeat(values[:, None], width, axis=1)
+    lengths = rng.integers(width // 2, width + 1, size=values.size)
+    return fill_past_lengths(rng, logits, lengths), lengths
+
+
+def make_four_values(rng, rows, width):
+    """Values drawn from four, in proportions that put K in each of them across rows."""
+    values = bf16_bits_from_float32(np.array([-1.0, 0.0, 0.5, 2.0], np.float32))
+    logits = np.empty((rows, width), np.uint16)
+    for r in range(rows):
+        p = rng.dirichlet(np.full(4, 0.3 + r))
+        logits[r] = rng.choice(values, size=width, p=p)
+    lengths = mixed_lengths(rng, rows, width)
+    return fill_past_lengths(rng, logits, lengths), lengths
+
+
+def make_specials(rng, rows, width, rate=0.02):
+    """Normal logits with NaNs of both signs, +-0 and +-inf sprinkled in at `rate`."""
+    logits = normal_bits(rng, (rows, width))
+    hit = rng.random((rows, width)) < rate
+    logits[hit] = rng.choice(SPECIAL_PATTERNS, size=int(hit.sum()))
+    lengths = mixed_lengths(rng, rows, width)
+    return fill_past_lengths(rng, logits, lengths), lengths
+
+
+def make_mostly_neg_inf(rng, width, finite_blocks):
+    """Rows of -inf with `finite_blocks[r]` blocks holding one finite logit (fewer than k
+    for most), so in block mode K is -inf and the -1 rule decides the output."""
+    rows = len(finite_blocks)
+    logits = np.full((rows, width), NEG_INF_BITS, np.uint16)
+    lengths = mixed_lengths(rng, rows, width)
+    for r, count in enumerate(finite_blocks):
+        blocks = (int(lengths[r]) + 7) // 8
+        chosen = rng.choice(blocks, size=min(count, blocks), replace=False)
+        logits[r, 8 * chosen + rng.integers(0, 8, size=chosen.size)] = normal_bits(rng, chosen.size)
+    return fill_past_lengths(rng, logits, lengths), lengths
+
+
+def make_monotone(rng, width):
+    """Ascending and descending rows: over evenly spread keys (distinct up to 65,279
+    elements) and over a smooth ramp (BF16 rounding gives runs of equal values)."""
+    # Keys spread evenly over -max finite .. +max finite (0x0080 .. 0xFF7F): distinct while
+    # the width allows, else runs.
+    strict = bits_from_key(0x0080 + (np.arange(width, dtype=np.int64) * 0xFEFF) // width)
+    ramp = bf16_bits_from_float32(np.linspace(-4.0, 4.0, width, dtype=np.float32))
+    logits = np.stack([strict, strict[::-1], ramp, ramp[::-1]]).astype(np.uint16)
+    lengths = mixed_lengths(rng, 4, width, full_rows=2)
+    return fill_past_lengths(rng, logits, lengths), lengths
+
+
+def make_plateau(rng, width, plateau, above_counts):
+    """Rows with `above_counts[r]` distinct values above a plateau of `plateau` equal
+    values, the rest one BF16 step below the plateau and lower: K is the plateau value
+    for every k > above, and the ties must be taken from tens of thousands."""
+    value = 0x3F80  # 1.0; 0x3F7F is the next value below
+    rows = len(above_counts)
+    logits = np.empty((rows, width), np.uint16)
+    for r, above in enumerate(above_counts):
+        row = np.where(rng.random(width) < 0.5, np.uint16(value - 1), normal_bits(rng, width, 0.1))
+        row[:above] = 0x4000 + rng.permutation(0x0F00)[:above]  # distinct values in [2, 2^31)
+        row[above:above + plateau] = value
+        logits[r] = rng.permutation(row)
+    lengths = np.full(rows, width)
+    lengths[rows // 2:] = rng.integers(above_counts[-1] + plateau, width + 1, size=rows - rows // 2)
+    return fill_past_lengths(rng, logits, lengths), lengths
+
+
+def make_needles(rng, width, needle_counts):
+    """A flat row with `needle_counts[r]` larger needles: with exactly k needles the
+    answer is exactly the needles; one fewer or more shifts K onto or off the flat value."""
+    rows = len(needle_counts)
+    logits = np.full((rows, width), 0x3F00, np.uint16)  # 0.5
+    lengths = np.full(rows, width)
+    lengths[1::2] = width - 8 * rng.integers(1, 64, size=lengths[1::2].size) - 3
+    for r, count in enumerate(needle_counts):
+        where = rng.choice(int(lengths[r]), size=count, replace=False)
+        logits[r, where] = bf16_bits_from_float32(1.0 + rng.random(count, dtype=np.float32) * 100)
+    return fill_past_lengths(rng, logits, lengths), lengths
+
+
+def boundary_lengths():
+    """Small lengths and those around k (tokens) and 8k (blocks) for every k."""
+    lengths = {0, 1, 7, 8, 9}
+    for k in KS:
+        lengths |= {k - 1, k, k + 1, 8 * k - 1, 8 * k, 8 * k + 1, 8 * k + 7, 8 * k + 8, 8 * k + 9}
+    return sorted(lengths)
+
+
+def make_lengths(rng, lengths, width):
+    """One row per given length, each row wider than its length (garbage past it)."""
+    logits = normal_bits(rng, (len(lengths), width))
+    return fill_past_lengths(rng, logits, np.array(lengths)), np.array(lengths)
+
+
+def make_random_bits(rng, rows, width):
+    """Uniformly random bit patterns: every value class, NaNs about 0.4% of them."""
+    logits = rng.integers(0, 1 << 16, size=(rows, width), dtype=np.uint16)
+    lengths = rng.integers(0, width + 1, size=rows)
+    lengths[0] = width
+    return fill_past_lengths(rng, logits, lengths), lengths
+
+
+# ----------------------------------------------------------------------------------------
+# The table
+# ----------------------------------------------------------------------------------------
+
+_KS_BOUNDARY_PLATEAU = (0, 300, 511, 1023, 2047, 2048)
+_KS_NEEDLES = (511, 512, 513, 1023, 1024, 1025, 2047, 2048, 2049)
+_FEW_FINITE = (0, 1, 100, 511, 1023, 2047, 3000)
+
+CASES = (
+    # --- ci: small and fast --------------------------------------------------------------
+    Case("indexer-rho0", "ci", 101, partial(make_indexer, rows=4, width=16384, rho=0.0, heads=32, dim=64),
+         "indexer-like logits, independent keys: several hundred distinct values"),
+    Case("indexer-rho0.9", "ci", 102, partial(make_indexer, rows=4, width=32768, rho=0.9, heads=64, dim=128),
+         "indexer-like logits, correlated keys: ~150 distinct values, heavy ties"),
+    Case("indexer-rho0.999", "ci", 103, partial(make_indexer, rows=4, width=16384, rho=0.999, heads=32, dim=128),
+         "indexer-like logits, nearly equal keys: ~15 distinct values"),
+    Case("one-value", "ci", 104, partial(make_one_value, width=20480),
+         "each row one value (1.0, +0, -0, +-inf, +-NaN, smallest subnormal)"),
+    Case("four-values", "ci", 105, partial(make_four_values, rows=6, width=24576),
+         "values from four, K falls on each"),
+    Case("specials", "ci", 106, partial(make_specials, rows=4, width=24576),
+         "NaN of both signs, +-0, +-inf sprinkled into normal logits"),
+    Case("mostly-neg-inf", "ci", 107, partial(make_mostly_neg_inf, width=32768, finite_blocks=_FEW_FINITE),
+         "-inf rows with few finite blocks: block mode writes -1 for the -inf ties"),
+    Case("monotone", "ci", 108, partial(make_monotone, width=20480),
+         "ascending and descending rows, strict and in runs"),
+    Case("plateau", "ci", 109, partial(make_plateau, width=65536, plateau=30000, above_counts=_KS_BOUNDARY_PLATEAU),
+         "30,000 equal values holding K, a step above the bulk"),
+    Case("needles", "ci", 110, partial(make_needles, width=32768, needle_counts=_KS_NEEDLES),
+         "k needles (and k +- 1) in a flat row"),
+    Case("lengths", "ci", 111, partial(make_lengths, lengths=boundary_lengths(), width=16448),
+         "lengths 0, 1, 7, 8, 9, k-1, k, k+1, 8k-1, 8k, 8k+1, ... under a wider row"),
+    Case("random-bits", "ci", 112, partial(make_random_bits, rows=8, width=8192),
+         "uniformly random bit patterns, random lengths"),
+    # --- full: ci plus the big ones ---------------------------------------------------------
+    Case("indexer-64x131072", "full", 201, partial(make_indexer, rows=64, width=131072, rho=0.9, heads=32, dim=64),
+         "a decode batch of indexer-like rows at rho 0.9"),
+    Case("indexer-rho0.9-262144", "full", 202,
+         partial(make_indexer, rows=8, width=262144, rho=0.9, heads=64, dim=128),
+         "indexer-like rows at a cluster's capacity"),
+    Case("indexer-rho0-262144", "full", 203, partial(make_indexer, rows=8, width=262144, rho=0.0, heads=32, dim=64),
+         "indexer-like rows, independent keys, full width"),
+    Case("indexer-rho0.999-262144", "full", 204,
+         partial(make_indexer, rows=8, width=262144, rho=0.999, heads=32, dim=64),
+         "indexer-like rows, nearly equal keys, full width"),
+    Case("kernel-boundaries", "full", 205, partial(make_lengths, lengths=KERNEL_BOUNDARY_LENGTHS, width=262144),
+         "lengths 32767/32768/32769 (one vector a thread) and 262143/262144 (capacity)"),
+    Case("plateau-262144", "full", 206,
+         partial(make_plateau, width=262144, plateau=60000, above_counts=_KS_BOUNDARY_PLATEAU),
+         "60,000 equal values holding K in full-width rows"),
+    Case("specials-262144", "full", 207, partial(make_specials, rows=8, width=262144),
+         "specials sprinkled into full-width rows"),
+    Case("mostly-neg-inf-262144", "full", 208,
+         partial(make_mostly_neg_inf, width=262144, finite_blocks=_FEW_FINITE),
+         "-inf full-width rows with few finite blocks"),
+    Case("monotone-262144", "full", 209, partial(make_monotone, width=262144),
+         "ascending and descending full-width rows"),
+    Case("random-bits-262144", "full", 210, partial(make_random_bits, rows=8, width=262144),
+         "random bits, full width"),
+    Case("needles-262144", "full", 211, partial(make_needles, width=262144, needle_counts=_KS_NEEDLES),
+         "k needles (and k +- 1) in flat full-width rows"),
+    Case("wide-1048576", "full", 212,
+         partial(make_lengths, lengths=(524287, 524288, 524289, 1048575, 1048576), width=1048576),
+         "the widest rows, around the 8x512x16 capacity and at the maximum width"),
+)
+
+
+def cases(level="ci"):
+    """The cases of a level: `ci`, or `full` (= ci plus the big ones)."""
+    if level not in LEVELS:
+        raise ValueError(f"level = {level!r} is not one of {LEVELS}")
+    return tuple(c for c in CASES if level == "full" or c.level == "ci")

@@ -1,0 +1,119 @@
+"""The case catalogue: deterministic, well-formed, and covering the required boundaries."""
+
+import numpy as np
+import pytest
+
+from conformance.cases import CASES, KERNEL_BOUNDARY_LENGTHS, LEVELS, boundary_lengths, cases, indexer_row
+from reference import KS, element_keys, order_key
+
+
+@pytest.fixture(scope="module")
+def ci_data():
+    return {c.name: c.generate() for c in cases("ci")}
+
+
+@pytest.fixture(scope="module")
+def full_shapes():
+    """(width, lengths) of every full-level case (generating them takes a few seconds)."""
+    result = {}
+    for c in cases("full"):
+        logits, lengths = c.generate()
+        result[c.name] = (logits.shape[1], lengths)
+    return result
+
+
+def test_table_well_formed():
+    names = [c.name for c in CASES]
+    assert len(names) == len(set(names))
+    assert len({c.seed for c in CASES}) == len(CASES)
+    for c in CASES:
+        assert c.level in LEVELS and c.comment
+        assert set(c.ks) <= set(KS) and set(c.modes) <= {False, True}
+    assert set(cases("ci")) < set(cases("full")) == set(CASES)
+    with pytest.raises(ValueError, match="level"):
+        cases("nightly")
+
+
+def test_ci_generation_deterministic(ci_data):
+    for c in cases("ci"):
+        logits, lengths = c.generate()
+        again_logits, again_lengths = ci_data[c.name]
+        assert np.array_equal(logits, again_logits) and np.array_equal(lengths, again_lengths), c.name
+        assert logits.dtype == np.uint16 and lengths.dtype == np.int32
+        assert logits.shape[1] % 8 == 0
+
+
+def test_ci_covers_every_k_and_mode():
+    for k in KS:
+        for mode in (False, True):
+            assert any(k in c.ks and mode in c.modes for c in cases("ci"))
+
+
+def test_ci_covers_boundary_lengths_under_wider_rows(ci_data):
+    covered = {int(length) for logits, lengths in ci_data.values()
+               for length in lengths if length < logits.shape[1]}
+    required = {0, 1, 7, 8, 9}
+    for k in KS:
+        required |= {k - 1, k, k + 1, 8 * k - 1, 8 * k, 8 * k + 1}
+    assert required <= covered
+    assert required <= set(boundary_lengths())
+
+
+def test_most_cases_have_garbage_past_length(ci_data, full_shapes):
+    shapes = {name: (logits.shape[1], lengths) for name, (logits, lengths) in ci_data.items()}
+    shapes.update(full_shapes)
+    with_garbage = [name for name, (width, lengths) in shapes.items() if np.any(lengths < width)]
+    assert len(with_garbage) >= 0.8 * len(shapes)
+
+
+def test_ci_has_specials_of_both_signs(ci_data):
+    valid = np.concatenate([logits[r, :length] for logits, lengths in ci_data.values()
+                            for r, length in enumerate(lengths)])
+    nan = (valid & 0x7FFF) > 0x7F80
+    assert np.any(nan & (valid >= 0x8000)) and np.any(nan & (valid < 0x8000))
+    for bits in (0x0000, 0x8000, 0x7F80, 0xFF80):
+        assert np.any(valid == bits), hex(bits)
+
+
+def test_mostly_neg_inf_has_fewer_than_k_finite_blocks(ci_data):
+    logits, lengths = ci_data["mostly-neg-inf"]
+    found = False
+    for r, length in enumerate(lengths):
+        keys = element_keys(logits[r], length, True)
+        finite = np.count_nonzero(keys != 0x007F)
+        found |= keys.size > 2048 and finite < 512
+    assert found
+
+
+def test_plateau_holds_k(ci_data):
+    logits, lengths = ci_data["plateau"]
+    keys = order_key(logits[0, :lengths[0]])
+    for k in KS:
+        kth = np.sort(keys)[::-1][k - 1]
+        assert np.count_nonzero(keys == kth) >= 20000
+        assert np.count_nonzero(keys > kth) < k
+
+
+def test_ci_rows_have_monotone_and_one_value(ci_data):
+    logits, lengths = ci_data["monotone"]
+    keys = order_key(logits[0, :lengths[0]]).astype(np.int32)
+    assert np.all(np.diff(keys) > 0)
+    keys = order_key(logits[1, :lengths[1]]).astype(np.int32)
+    assert np.all(np.diff(keys) < 0)
+    logits, lengths = ci_data["one-value"]
+    assert all(np.unique(logits[r, :lengths[r]]).size == 1 for r in range(len(lengths)))
+
+
+def test_full_covers_kernel_boundaries(full_shapes):
+    covered = {int(length) for width, lengths in full_shapes.values() for length in lengths}
+    assert set(KERNEL_BOUNDARY_LENGTHS) <= covered
+    assert 262144 in {width for width, _ in full_shapes.values()}
+    assert any(width == 131072 and lengths.size == 64 for width, lengths in full_shapes.values())
+
+
+def test_indexer_distinct_values():
+    rng = np.random.default_rng(2024)
+    counts = {rho: np.unique(indexer_row(rng, 131072, rho)).size for rho in (0.0, 0.9, 0.999)}
+    print(f"distinct BF16 values in a 131072-wide indexer-like row: {counts}")
+    assert 100 <= counts[0.9] <= 300
+    assert counts[0.0] > counts[0.9] > counts[0.999]

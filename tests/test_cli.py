@@ -1,0 +1,102 @@
+"""The suite and its CLI: the reference passes; a broken implementation fails."""
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conformance import registry, run_suite
+from reference import decode_topk_reference
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cli_reference_ci_exits_zero():
+    result = subprocess.run([sys.executable, "-m", "conformance", "--impl", "reference", "--level", "ci"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "0 violations" in result.stdout
+
+
+def test_cli_unknown_impl_exits_two():
+    result = subprocess.run([sys.executable, "-m", "conformance", "--impl", "no-such-impl"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "no-such-impl" in result.stderr
+
+
+@pytest.fixture
+def broken():
+    """A registered implementation that repeats one index in the last slot of each row."""
+    def impl(logits_bits, lengths, k, block_mode):
+        out = decode_topk_reference(logits_bits, lengths, k, block_mode)
+        out[:, -1] = out[:, 0]
+        return out
+
+    registry.register("broken-for-test", lambda: impl)
+    yield "broken-for-test"
+    registry.unregister("broken-for-test")
+
+
+def test_broken_implementation_fails(broken):
+    stream = io.StringIO()
+    result = run_suite(broken, "ci", case_filter="needles", stream=stream)
+    assert not result.ok and result.violation_count > 0
+    text = stream.getvalue()
+    assert "case=needles seed=110" in text and "duplicate" in text and "repro:" in text
+
+
+def test_crashing_implementation_fails_without_stopping(broken):
+    def crash(logits_bits, lengths, k, block_mode):
+        raise RuntimeError("boom")
+
+    registry.register("crash-for-test", lambda: crash)
+    try:
+        result = run_suite("crash-for-test", "ci", case_filter="one-value", stream=None)
+    finally:
+        registry.unregister("crash-for-test")
+    assert len(result.runs) == 6
+    assert all(run.violations[0].reason == "impl-error" for run in result.runs)
+
+
+def test_trace_results_reach_the_hook(monkeypatch):
+    seen = []
+
+    def with_trace(logits_bits, lengths, k, block_mode):
+        out = decode_topk_reference(logits_bits, lengths, k, block_mode)
+        return out, np.full((out.shape[0], 8), -1, np.int32)
+
+    def hook(impl_name, case, k, block_mode, logits_bits, lengths, out, trace):
+        seen.append((case.name, k, block_mode, trace.shape))
+        return []
+
+    monkeypatch.setattr("conformance.suite.compare_traces", hook)
+    registry.register("traced-for-test", lambda: with_trace)
+    try:
+        result = run_suite("traced-for-test", "ci", case_filter="monotone", stream=None)
+    finally:
+        registry.unregister("traced-for-test")
+    assert result.ok and len(seen) == 6
+
+
+def test_registry_rules():
+    assert "reference" in registry.names()
+    assert registry.get("reference") is decode_topk_reference
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("reference", lambda: decode_topk_reference)
+    with pytest.raises(ValueError, match="unknown implementation"):
+        registry.get("nope")
+
+
+def test_loader_runs_only_on_first_get():
+    calls = []
+    registry.register("lazy-for-test", lambda: calls.append(1) or decode_topk_reference)
+    try:
+        assert "lazy-for-test" in registry.names() and calls == []
+        registry.get("lazy-for-test")
+        registry.get("lazy-for-test")
+        assert calls == [1]
+    finally:
+        registry.unregister("lazy-for-test")
