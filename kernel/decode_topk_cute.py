@@ -675,9 +675,9 @@ class DecodeTopK:
 
     # -- the direct path ---------------------------------------------------------------
     @cute.jit
-    def count_vector(self, sm, tid, lane, tops, start, count, length, nv, high):
-        """Count the chunk's keys into the 8-copy histogram: pass 1 (high < 0) by high byte,
-        pass 2 by low byte of the keys whose high byte is high."""
+    def count_vector(self, sm, tid, lane, tops, start, count, length, nv, high, second: cutlass.Constexpr):
+        """Count the chunk's keys into the 8-copy histogram: the first pass by high byte,
+        the second by low byte of the keys whose high byte is high."""
         for s in cutlass.range_constexpr(self.vectors):
             i = s * self.threads + tid
             exists = _pick(i < count, 1, 0)
@@ -689,7 +689,7 @@ class DecodeTopK:
                             self.elements(words, start + i, length, nv)]
             for e in cutlass.range_constexpr(len(elements)):
                 key, ok = elements[e]
-                if high < 0:
+                if const_expr(not second):
                     hist_add(sm["copies"], key >> 8, ok, lane, HIST_COPIES)
                 else:
                     hist_add(sm["copies"], key & 255, ok & _pick((key >> 8) == high, 1, 0), lane, HIST_COPIES)
@@ -711,12 +711,12 @@ class DecodeTopK:
     def exact_cutoff(self, sm, tid, lane, tops, start, count, length, nv):
         """The row's exact k-th largest key and how many keys exceed it, from two
         cluster-wide 8-bit radix histograms."""
-        self.count_vector(sm, tid, lane, tops, start, count, length, nv, Int32(-1))
+        self.count_vector(sm, tid, lane, tops, start, count, length, nv, Int32(-1), False)
         cute.arch.sync_threads()
         self.push_histogram(sm, tid, sm["hist1"])
         cluster_sync()  # histogram contributions complete before they are read
         high, above_high = self.select(sm, tid, sm["hist1"], Int32(self.k))
-        self.count_vector(sm, tid, lane, tops, start, count, length, nv, high)
+        self.count_vector(sm, tid, lane, tops, start, count, length, nv, high, True)
         cute.arch.sync_threads()
         self.push_histogram(sm, tid, sm["hist2"])
         cluster_sync()
