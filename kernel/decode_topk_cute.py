@@ -78,6 +78,9 @@ WAVES_16 = 2  # the 16-CTA build takes at most two waves
 # The builds of SPEC.md 2.1 as (cluster, vectors a thread); threads follow from the cluster.
 BUILDS = ((8, 8), (4, 8), (8, 16), (16, 16))
 TRACE_FIELDS = ("path", "reason", "q", "cutoff", "gt", "eq", "kth", "above")
+# The profile build appends, per row, CTA 0's %clock at these points (bench/, not a contract).
+PROFILE_STAMPS = ("start", "inputs", "staged", "started", "samples", "cutoff", "queued", "counted",
+                  "reserved", "placed", "survivors", "survivor_kth", "emitted", "pass1", "pass2", "end")
 
 
 def threads_for(cluster):
@@ -156,6 +159,7 @@ from cutlass.cutlass_dsl import T, dsl_user_op  # noqa: E402
 
 KEY_POS_INF = 0xFF80  # order_key(+inf): the pinned newest block
 KEY_NEG_INF = 0x007F  # order_key(-inf): a block written as -1
+SELECT_BATCH = 4  # radix selects: keys a thread loads before it counts any
 HIST_COPIES = 8  # whole-row histograms: lane l counts into copy l mod 8
 
 
@@ -286,6 +290,15 @@ def cluster_store_u32(address: Int32, value: Int32, predicate: Int32, *, loc=Non
 
 
 @dsl_user_op
+def cluster_store_u32x2(address: Int32, first: Int32, second: Int32, predicate: Int32, *, loc=None, ip=None):
+    """Store two 32-bit words to an 8-byte aligned cluster shared address if predicate != 0
+    (one DSMEM store for a survivor's index and key, not two)."""
+    _asm(None, [Int32(address), Int32(first), Int32(second), Int32(predicate)],
+         "{\n.reg .pred p;\nsetp.ne.s32 p, $3, 0;\n@p st.shared::cluster.v2.u32 [$0], {$1, $2};\n}",
+         "r,r,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
 def cluster_load(address: Int32, *, loc=None, ip=None) -> Int32:
     """Load a cluster shared word."""
     return Int32(_asm(T.i32(), [Int32(address)], "ld.shared::cluster.u32 $0, [$1];",
@@ -325,6 +338,48 @@ def max_nan_bf16x2(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
                                   is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
 
 
+@dsl_user_op
+def warp_uniform_bin(bin_: Int32, valid: Int32, *, loc=None, ip=None):
+    """(lane 0's bin, 1 if every valid lane of the warp holds it and lane 0 is valid else 0,
+    the warp's valid lanes): shfl.sync + vote.sync, all lanes of the warp must execute it."""
+    result = _asm(llvm.StructType.get_literal([T.i32(), T.i32(), T.i32()]), [Int32(bin_), Int32(valid)],
+                  "{\n.reg .pred v, same, all;\n.reg .b32 b0, v0;\n"
+                  "setp.ne.s32 v, $4, 0;\n"
+                  "shfl.sync.idx.b32 b0, $3, 0, 0x1f, 0xffffffff;\n"
+                  "shfl.sync.idx.b32 v0, $4, 0, 0x1f, 0xffffffff;\n"
+                  "setp.eq.or.s32 same, $3, b0, !v;\n"
+                  "vote.sync.all.pred all, same, 0xffffffff;\n"
+                  "setp.ne.and.s32 all, v0, 0, all;\n"
+                  "selp.s32 $1, 1, 0, all;\n"
+                  "vote.sync.ballot.b32 $2, v, 0xffffffff;\n"
+                  "mov.b32 $0, b0;\n}",
+                  "=r,=r,=r,r,r", loc, ip)
+    return tuple(Int32(llvm.extractvalue(T.i32(), result, [i], loc=loc, ip=ip)) for i in range(3))
+
+
+@dsl_user_op
+def popc(value: Int32, *, loc=None, ip=None) -> Int32:
+    """Set bits of a word."""
+    return Int32(llvm.inline_asm(T.i32(), [Int32(value).ir_value(loc=loc, ip=ip)], "popc.b32 $0, $1;", "=r,r",
+                                 has_side_effects=False, is_align_stack=False,
+                                 asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
+
+
+@dsl_user_op
+def read_clock(*, loc=None, ip=None) -> Int32:
+    """This SM's cycle counter (low 32 bits), for the profile build's phase stamps."""
+    return Int32(llvm.inline_asm(T.i32(), [], "mov.u32 $0, %clock;", "=r", has_side_effects=True,
+                                 is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
+
+
+@dsl_user_op
+def max_u16x2(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
+    """Lane-wise unsigned maximum of two pairs of 16-bit keys."""
+    return Uint32(llvm.inline_asm(T.i32(), [Uint32(a).ir_value(loc=loc, ip=ip), Uint32(b).ir_value(loc=loc, ip=ip)],
+                                  "max.u16x2 $0, $1, $2;", "=r,r,r", has_side_effects=False,
+                                  is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
+
+
 def shfl_up(value, delta):
     """value of the lane delta below (own value in the lowest lanes)."""
     return cute.arch.shuffle_sync_up(value, delta)
@@ -347,10 +402,17 @@ def order_key(bits):
     return Int32((b ^ Uint32(0x8000) ^ ((b >> 15) * Uint32(0x7FFF))) & Uint32(0xFFFF))
 
 
+def key_word(word):
+    """The keys of both BF16 values of a word, in place (order_key on each half at once:
+    the sign bits moved to bit 0 of each half, times 0x7FFF, never carry across halves)."""
+    w = Uint32(word)
+    return w ^ Uint32(0x80008000) ^ (((w >> 15) & Uint32(0x00010001)) * Uint32(0x7FFF))
+
+
 def word_key(words, e):
     """The key of element e of a vector's words (element e is the low half of word e // 2
     when e is even: the first logit sits at the lowest address)."""
-    return order_key(words[e // 2] >> (16 * (e % 2)))
+    return Int32((key_word(words[e // 2]) >> (16 * (e % 2))) & Uint32(0xFFFF))
 
 
 def block_key(words):
@@ -361,13 +423,17 @@ def block_key(words):
 
 
 def hist_add(hist, bin_, valid, lane, copies):
-    """Count each valid lane's bin_ with one shared atomic. copies: 8 spreads a warp's
-    atomics over 8 copies of each bin (bin-major, so a crowded bin's copies sit in 8
-    different banks), 1 uses a single histogram."""
+    """Count each valid lane's bin_. Why the uniform test: real indexer rows crowd a few
+    bins, and 32 lanes adding 1 to one word serialize, so a warp whose valid lanes share
+    one bin makes one add of their count (lane 0); any other warp adds lane by lane, into
+    copy lane mod copies (8 for whole-row histograms, bin-major so that a bin's copies sit
+    in 8 banks; 1 for the radix selects). Every lane of the warp must call it."""
+    first_bin, uniform, lanes = warp_uniform_bin(bin_, valid)
+    shared_red(hist + first_bin * copies * 4, popc(lanes), uniform & _pick(lane == 0, 1, 0))
     if const_expr(copies == 1):
-        shared_red(hist + bin_ * 4, Int32(1), valid)
+        shared_red(hist + bin_ * 4, Int32(1), valid & (1 - uniform))
     else:
-        shared_red(hist + (bin_ * copies + (lane & (copies - 1))) * 4, Int32(1), valid)
+        shared_red(hist + (bin_ * copies + (lane & (copies - 1))) * 4, Int32(1), valid & (1 - uniform))
 
 
 def _pick(condition, a, b):
@@ -421,7 +487,8 @@ class DecodeTopK:
     the words themselves are re-read from shared memory by the few passes that need them.
     """
 
-    def __init__(self, k: int, cluster: int, vector_count: int, block_mode: bool, trace: bool = False):
+    def __init__(self, k: int, cluster: int, vector_count: int, block_mode: bool, trace: bool = False,
+                 profile: bool = False):
         if k not in KS:
             raise ValueError(f"k={k} is not one of {KS}")
         if (cluster, vector_count) not in BUILDS:
@@ -431,15 +498,21 @@ class DecodeTopK:
         self.threads = threads_for(cluster)
         self.vectors = vector_count
         self.block_mode = bool(block_mode)
-        self.trace = bool(trace)
+        self.trace = bool(trace) or bool(profile)
+        self.profile = bool(profile)
+        self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
         self.samples_per_cta = SAMPLES // cluster
+        # Vectors a thread loads before it stores any (4 registers each), as many as fit
+        # beside the tops it keeps: 1024 threads have 64 registers a thread (4 spilled there),
+        # 16 tops crowd 512 threads' 128 (8 spilled there).
+        self.load_batch = 2 if self.threads == 1024 else (4 if vector_count == 16 else 8)
         slots = self.threads * vector_count
         # Shared memory, byte offsets; every size is a multiple of 16, so each region keeps
         # the stage's 16-byte alignment (the pairs need 8). "copies" .. "misc" are zeroed at
         # the start, before the first cluster barrier.
         regions = (("stage", slots * 16), ("copies", 256 * HIST_COPIES * 4), ("hist1", 1024),
                    ("hist2", 1024), ("select", 1024), ("pairs", 16), ("scan", 2 * 32 * 4), ("misc", 64),
-                   ("survivor_index", SURVIVOR_CAPACITY * 4), ("survivor_key", SURVIVOR_CAPACITY * 2),
+                   ("survivors", SURVIVOR_CAPACITY * 8),
                    ("samples", SAMPLES * 2), ("queue", slots * 2))
         self.offsets = {}
         offset = 0
@@ -447,7 +520,7 @@ class DecodeTopK:
             self.offsets[name] = offset
             offset += size
         self.smem_bytes = offset
-        self.zero_words = (self.offsets["survivor_index"] - self.offsets["copies"]) // 4
+        self.zero_words = (self.offsets["survivors"] - self.offsets["copies"]) // 4
 
     # -- host call ---------------------------------------------------------------------
     @cute.jit
@@ -472,6 +545,8 @@ class DecodeTopK:
         allocator = cutlass.memory.SmemAllocator()
         base = allocator.allocate_array(cutlass.Uint8, self.smem_bytes, byte_alignment=16).toint()
         sm = {name: base + offset for name, offset in self.offsets.items()}
+        trace_row = trace.iterator.toint() + Int64(row) * (self.trace_width * 4)
+        self.stamp(trace_row, rank, tid, "start")
 
         for w in cutlass.range_constexpr((self.zero_words + nt - 1) // nt):
             word = w * nt + tid
@@ -487,18 +562,29 @@ class DecodeTopK:
         count = ((rank + 1) * nv) // C - start
         row_logits = logits.iterator.toint() + Int64(row) * Int64(logits.layout.stride[0]) * 2
         out_row = out.iterator.toint() + Int64(row) * (k * 4)
+        self.stamp(trace_row, rank, tid, "inputs")
 
+        # Issue a batch of loads before the first store: the asm statements keep their
+        # order, so a store right after its load would make every load wait for the last.
         tops = []
-        for s in cutlass.range_constexpr(V):
-            i = s * nt + tid
-            g = start + i
-            valid = self.lanes_valid(i < count, g, length, nv)
-            words = load_u32x4(row_logits + Int64(g) * 16, valid)
-            shared_store_u32x4(sm["stage"] + i * 16, words)
-            tops.append(self.vector_top(words, valid, i < count, g, nv))
+        for batch in cutlass.range_constexpr(0, V, self.load_batch):
+            staged = []
+            for s in cutlass.range_constexpr(batch, batch + self.load_batch):
+                i = s * nt + tid
+                g = start + i
+                valid = self.lanes_valid(i < count, g, length, nv)
+                staged.append((i, g, valid, load_u32x4(row_logits + Int64(g) * 16, valid)))
+            for i, g, valid, words in staged:
+                top = Int32(-1)
+                if i < count:
+                    shared_store_u32x4(sm["stage"] + i * 16, words)
+                    top = self.vector_top(words, valid, i < count, g, nv)
+                tops.append(top)
         cute.arch.sync_threads()
+        self.stamp(trace_row, rank, tid, "staged")
         cute.arch.griddepcontrol_launch_dependents()
         cluster_sync()  # every CTA has started and zeroed its counters
+        self.stamp(trace_row, rank, tid, "started")
 
         t_reason = Int32(0)
         t_q = Int32(-1)
@@ -517,10 +603,14 @@ class DecodeTopK:
                 t_q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(1), (6144 * k + length - 1) // length))
                 self.push_samples(sm, tid, rank, start, count, length)
                 cluster_sync()  # samples complete before the cutoff
-                t_cutoff, unused = self.radix_select(sm, tid, sm["samples"], Int32(SAMPLES), Int32(SAMPLES),
-                                                     Int32(0), t_q)
-                self.gather(sm, tid, tops, t_cutoff, start, length, nv, Int32(0), Int32(0), Int64(0), True)
+                self.stamp(trace_row, rank, tid, "samples")
+                t_cutoff, unused = self.radix_select(sm, tid, sm["samples"], 2, Int32(SAMPLES),
+                                                     Int32(SAMPLES), Int32(0), t_q)
+                self.stamp(trace_row, rank, tid, "cutoff")
+                self.gather(sm, tid, tops, t_cutoff, start, length, nv, Int32(0), Int32(0), Int64(0), True,
+                            trace_row, rank)
                 cluster_sync()  # survivors complete before CTA 0 reads them
+                self.stamp(trace_row, rank, tid, "survivors")
                 pair = peer_address(sm["pairs"], Int32(0))
                 t_gt = cluster_load(pair)
                 t_eq = cluster_load(pair + 4)
@@ -530,21 +620,32 @@ class DecodeTopK:
                     t_path = Int32(1)
                     if rank == 0:
                         t_kth, t_above = self.radix_select(
-                            sm, tid, sm["survivor_key"], t_gt + t_eq, t_gt,
+                            sm, tid, sm["survivors"] + 4, 8, t_gt + t_eq, t_gt,
                             SURVIVOR_CAPACITY - t_gt - t_eq, Int32(k))
+                        self.stamp(trace_row, rank, tid, "survivor_kth")
                         self.emit(sm, tid, t_gt, t_eq, t_kth, t_above, out_row)
+                        self.stamp(trace_row, rank, tid, "emitted")
             if direct == 1:
                 t_path = Int32(2)
-                t_kth, t_above = self.exact_cutoff(sm, tid, lane, tops, start, count, length, nv)
-                self.gather(sm, tid, tops, t_kth, start, length, nv, k - t_above, t_above, out_row, False)
+                t_kth, t_above = self.exact_cutoff(sm, tid, lane, tops, start, count, length, nv, trace_row, rank)
+                self.gather(sm, tid, tops, t_kth, start, length, nv, k - t_above, t_above, out_row, False,
+                            trace_row, rank)
         cluster_sync()  # no CTA exits while a peer may still touch its shared memory
+        self.stamp(trace_row, rank, tid, "end")
 
         if const_expr(self.trace):
             if (rank == 0) & (tid == 0):
-                trace_row = trace.iterator.toint() + Int64(row) * (len(TRACE_FIELDS) * 4)
                 fields = (t_path, t_reason, t_q, t_cutoff, t_gt, t_eq, t_kth, t_above)
                 for f in cutlass.range_constexpr(len(TRACE_FIELDS)):
                     store_s32(trace_row + f * 4, fields[f], Int32(1))
+
+    @cute.jit
+    def stamp(self, trace_row, rank, tid, point: cutlass.Constexpr):
+        """Profile build only: CTA 0's thread 0 records %clock at a PROFILE_STAMPS point."""
+        if const_expr(self.profile):
+            if (rank == 0) & (tid == 0):
+                slot = len(TRACE_FIELDS) + PROFILE_STAMPS.index(point)
+                store_s32(trace_row + slot * 4, read_clock(), Int32(1))
 
     # -- staging -----------------------------------------------------------------------
     def lanes_valid(self, exists, g, length, nv):
@@ -556,20 +657,28 @@ class DecodeTopK:
 
     def vector_top(self, words, valid, exists, g, nv):
         """The largest key of a staged vector whose first element is at g (token: over its
-        valid lanes; block: the block's key, +inf for the newest), -1 if it holds none."""
+        valid lanes; block: the block's key, +inf for the newest), -1 if it holds none.
+        Token mode: the keys of invalid lanes are set to 0, the smallest key, which cannot
+        raise the maximum of a vector with a valid lane."""
         if const_expr(self.block_mode):
             return _pick(exists, _pick(g == nv - 1, KEY_POS_INF, block_key(words)), -1)
-        top = Int32(-1)
-        for e in range(8):
-            top = _pick(e < valid, cutlass.max(top, word_key(words, e)), top)
-        return top
+        keys = []
+        for j in range(4):
+            mask = Uint32(cutlass.select_(2 * j + 1 < valid, Uint32(0xFFFFFFFF),
+                                          cutlass.select_(2 * j < valid, Uint32(0xFFFF), Uint32(0))))
+            keys.append(key_word(words[j]) & mask)
+        pair = max_u16x2(max_u16x2(keys[0], keys[1]), max_u16x2(keys[2], keys[3]))
+        top = cutlass.max(Int32(pair & Uint32(0xFFFF)), Int32(pair >> 16))
+        return _pick(valid > 0, top, -1)
 
     def elements(self, words, g, length, nv):
         """(key, valid, index) of each element of vector g's words."""
         if const_expr(self.block_mode):
             return [(_pick(g == nv - 1, KEY_POS_INF, block_key(words)), Int32(1), g)]
         valid = length - g * 8
-        return [(word_key(words, e), _pick(e < valid, 1, 0), g * 8 + e) for e in range(8)]
+        keys = [key_word(w) for w in words]
+        return [(Int32((keys[e // 2] >> (16 * (e % 2))) & Uint32(0xFFFF)), _pick(e < valid, 1, 0), g * 8 + e)
+                for e in range(8)]
 
     def vector_words(self, sm, i):
         """The four words of the chunk's vector i in shared memory."""
@@ -650,26 +759,40 @@ class DecodeTopK:
         return shared_load_u32(sm["misc"] + 4), shared_load_u32(sm["misc"] + 8)
 
     @cute.jit
-    def radix_select(self, sm, tid, keys, count, gap_at, gap, q):
-        """The q-th largest of keys[0:count] (shared Uint16, q <= count; entries at or past
-        gap_at sit gap slots further on) and the count of keys above it: two 8-bit passes
-        over one histogram."""
+    def radix_select(self, sm, tid, keys, stride, count, gap_at, gap, q):
+        """The q-th largest of count keys (shared Uint16 stride bytes apart; 1 <= q <= count;
+        entries at or past gap_at sit gap slots further on) and the count of keys above it:
+        two 8-bit passes over one histogram."""
         hist = sm["select"]
+        lane = tid & 31
         if tid < 256:
             shared_store_u32(hist + tid * 4, Int32(0))
         cute.arch.sync_threads()
-        for j in cutlass.range(tid, count, self.threads):
-            key = shared_load_u16(keys + (j + _pick(j >= gap_at, gap, 0)) * 2)
-            shared_red(hist + (key >> 8) * 4, Int32(1), Int32(1))
-        cute.arch.sync_threads()
-        high, above_high = self.select(sm, tid, hist, q)
-        if tid < 256:
-            shared_store_u32(hist + tid * 4, Int32(0))
-        cute.arch.sync_threads()
-        for j in cutlass.range(tid, count, self.threads):
-            key = shared_load_u16(keys + (j + _pick(j >= gap_at, gap, 0)) * 2)
-            shared_red(hist + (key & 255) * 4, Int32(1), _pick((key >> 8) == high, 1, 0))
-        cute.arch.sync_threads()
+        high = Int32(-1)
+        above_high = Int32(0)
+        per_trip = SELECT_BATCH * self.threads
+        for second in cutlass.range_constexpr(2):
+            # Every warp runs the same trips (hist_add needs all 32 lanes): lanes past count
+            # read the last key and count nothing. A trip loads SELECT_BATCH keys before it
+            # counts any, so the loads overlap.
+            for first in cutlass.range(0, count, per_trip):
+                batch = []
+                for b in cutlass.range_constexpr(SELECT_BATCH):
+                    j = first + b * self.threads + tid
+                    clamped = cutlass.min(j, count - 1)
+                    address = keys + (clamped + _pick(clamped >= gap_at, gap, 0)) * stride
+                    batch.append((shared_load_u16(address), _pick(j < count, 1, 0)))
+                for key, valid in batch:
+                    if const_expr(second == 0):
+                        hist_add(hist, key >> 8, valid, lane, 1)
+                    else:
+                        hist_add(hist, key & 255, valid & _pick((key >> 8) == high, 1, 0), lane, 1)
+            cute.arch.sync_threads()
+            if const_expr(second == 0):
+                high, above_high = self.select(sm, tid, hist, q)
+                if tid < 256:
+                    shared_store_u32(hist + tid * 4, Int32(0))
+                cute.arch.sync_threads()
         low, above_low = self.select(sm, tid, hist, q - above_high)
         return (high << 8) | low, above_high + above_low
 
@@ -680,19 +803,23 @@ class DecodeTopK:
         the second by low byte of the keys whose high byte is high."""
         for s in cutlass.range_constexpr(self.vectors):
             i = s * self.threads + tid
-            exists = _pick(i < count, 1, 0)
-            if const_expr(self.block_mode):
-                elements = [(tops[s], exists)]
-            else:
-                words = self.vector_words(sm, i)
-                elements = [(key, exists & ok) for key, ok, unused in
-                            self.elements(words, start + i, length, nv)]
-            for e in cutlass.range_constexpr(len(elements)):
-                key, ok = elements[e]
-                if const_expr(not second):
-                    hist_add(sm["copies"], key >> 8, ok, lane, HIST_COPIES)
+            # Skip slots whose warp holds no vector; the test is the warp's first lane's,
+            # so whole warps skip (hist_add needs every lane of a warp).
+            if s * self.threads + (tid - lane) < count:
+                exists = _pick(i < count, 1, 0)
+                if const_expr(self.block_mode):
+                    elements = [(tops[s], exists)]
                 else:
-                    hist_add(sm["copies"], key & 255, ok & _pick((key >> 8) == high, 1, 0), lane, HIST_COPIES)
+                    words = self.vector_words(sm, i)
+                    elements = [(key, exists & ok) for key, ok, unused in
+                                self.elements(words, start + i, length, nv)]
+                for e in cutlass.range_constexpr(len(elements)):
+                    key, ok = elements[e]
+                    if const_expr(not second):
+                        hist_add(sm["copies"], key >> 8, ok, lane, HIST_COPIES)
+                    else:
+                        hist_add(sm["copies"], key & 255, ok & _pick((key >> 8) == high, 1, 0), lane,
+                                 HIST_COPIES)
 
     @cute.jit
     def push_histogram(self, sm, tid, target):
@@ -708,7 +835,7 @@ class DecodeTopK:
                 cluster_red(peer_address(target + tid * 4, Int32(p)), total, _pick(total > 0, 1, 0))
 
     @cute.jit
-    def exact_cutoff(self, sm, tid, lane, tops, start, count, length, nv):
+    def exact_cutoff(self, sm, tid, lane, tops, start, count, length, nv, trace_row, rank):
         """The row's exact k-th largest key and how many keys exceed it, from two
         cluster-wide 8-bit radix histograms."""
         self.count_vector(sm, tid, lane, tops, start, count, length, nv, Int32(-1), False)
@@ -716,11 +843,13 @@ class DecodeTopK:
         self.push_histogram(sm, tid, sm["hist1"])
         cluster_sync()  # histogram contributions complete before they are read
         high, above_high = self.select(sm, tid, sm["hist1"], Int32(self.k))
+        self.stamp(trace_row, rank, tid, "pass1")
         self.count_vector(sm, tid, lane, tops, start, count, length, nv, high, True)
         cute.arch.sync_threads()
         self.push_histogram(sm, tid, sm["hist2"])
         cluster_sync()
         low, above_low = self.select(sm, tid, sm["hist2"], self.k - above_high)
+        self.stamp(trace_row, rank, tid, "pass2")
         return (high << 8) | low, above_high + above_low
 
     # -- filtering (both paths) --------------------------------------------------------
@@ -765,23 +894,26 @@ class DecodeTopK:
         return shared_load_u32(sm["misc"] + 12), shared_load_u32(sm["misc"] + 16)
 
     @cute.jit
-    def gather(self, sm, tid, tops, cutoff, start, length, nv, need, above, out_row, sampled: cutlass.Constexpr):
+    def gather(self, sm, tid, tops, cutoff, start, length, nv, need, above, out_row, sampled: cutlass.Constexpr,
+               trace_row, rank):
         """Filter with cutoff and place the selected keys. Sampled path: push this CTA's
         keys above cutoff and up to k keys equal to it to CTA 0's survivors. Direct path:
         write keys above cutoff to out[0:above] and the first need keys equal to it (over
         the cluster) to out[above:k]."""
         queued = self.queue_vectors(sm, tid, tops, cutoff)
+        self.stamp(trace_row, rank, tid, "queued")
         gt, eq = self.count_queued(sm, tid, queued, cutoff, start, length, nv)
         prefix_gt, prefix_eq, gt_total, eq_total = self.scan2(sm, tid, gt, eq)
+        self.stamp(trace_row, rank, tid, "counted")
         if const_expr(sampled):
             eq_total = cutlass.min(eq_total, Int32(self.k))
             base_gt, base_eq = self.reserve(sm, tid, sm["pairs"], gt_total, eq_total)
         else:
             base_gt, base_eq = self.reserve(sm, tid, sm["pairs"] + 8, gt_total, eq_total)
+        self.stamp(trace_row, rank, tid, "reserved")
         rank_gt = base_gt + prefix_gt
         rank_eq = prefix_eq
-        survivor_index = peer_address(sm["survivor_index"], Int32(0))
-        survivor_key = peer_address(sm["survivor_key"], Int32(0))
+        survivors = peer_address(sm["survivors"], Int32(0))
         for entry in cutlass.range(tid, queued, self.threads):
             i = shared_load_u16(sm["queue"] + entry * 2)
             for key, ok, index in self.elements(self.vector_words(sm, i), start + i, length, nv):
@@ -793,8 +925,7 @@ class DecodeTopK:
                     keep_eq = is_eq & _pick((rank_eq < self.k) & (slot_eq < SURVIVOR_CAPACITY), 1, 0)
                     slot = _pick(is_gt, rank_gt, SURVIVOR_CAPACITY - 1 - slot_eq)
                     slot = cutlass.min(cutlass.max(slot, Int32(0)), Int32(SURVIVOR_CAPACITY - 1))
-                    cluster_store_u32(survivor_index + slot * 4, index, keep_gt | keep_eq)
-                    cluster_store_u16(survivor_key + slot * 2, key, keep_gt | keep_eq)
+                    cluster_store_u32x2(survivors + slot * 8, index, key, keep_gt | keep_eq)
                 else:
                     value = index
                     if const_expr(self.block_mode):
@@ -804,6 +935,9 @@ class DecodeTopK:
                     store_s32(out_row + Int64(above + slot_eq) * 4, value, keep_eq)
                 rank_gt = rank_gt + is_gt
                 rank_eq = rank_eq + is_eq
+        if const_expr(self.profile):
+            cute.arch.sync_threads()  # "placed" means the whole CTA has placed its keys
+        self.stamp(trace_row, rank, tid, "placed")
 
     @cute.jit
     def emit(self, sm, tid, gt, eq, kth, above, out_row):
@@ -815,14 +949,14 @@ class DecodeTopK:
         mine_gt = Int32(0)
         mine_eq = Int32(0)
         for j in cutlass.range(tid, count, self.threads):
-            key = shared_load_u16(sm["survivor_key"] + (j + _pick(j >= gt, gap, 0)) * 2)
+            key = shared_load_u32(sm["survivors"] + (j + _pick(j >= gt, gap, 0)) * 8 + 4)
             mine_gt = mine_gt + _pick(key > kth, 1, 0)
             mine_eq = mine_eq + _pick(key == kth, 1, 0)
         rank_gt, rank_eq, unused_a, unused_b = self.scan2(sm, tid, mine_gt, mine_eq)
         for j in cutlass.range(tid, count, self.threads):
             slot = j + _pick(j >= gt, gap, 0)
-            key = shared_load_u16(sm["survivor_key"] + slot * 2)
-            index = shared_load_u32(sm["survivor_index"] + slot * 4)
+            key = shared_load_u32(sm["survivors"] + slot * 8 + 4)
+            index = shared_load_u32(sm["survivors"] + slot * 8)
             is_gt = _pick(key > kth, 1, 0)
             is_eq = _pick(key == kth, 1, 0)
             store_s32(out_row + Int64(rank_gt) * 4, index, is_gt)
@@ -834,7 +968,7 @@ class DecodeTopK:
 # ---------------------------------------------------------------------------------------
 # Cached compile.
 # ---------------------------------------------------------------------------------------
-def fake_arguments(k: int):
+def fake_arguments(k: int, trace_width: int = len(TRACE_FIELDS)):
     """The fake (logits, lengths, out, trace, stream) every variant is compiled with: rows
     and width dynamic, the row stride a dynamic multiple of 8 elements (16-byte rows)."""
     make = cute.runtime.make_fake_tensor
@@ -842,7 +976,7 @@ def fake_arguments(k: int):
                   (cute.sym_int64(divisibility=8), 1), assumed_align=16)
     lengths = make(Int32, (cute.sym_int32(),), (1,), assumed_align=4)
     out = make(Int32, (cute.sym_int32(), k), (k, 1), assumed_align=16)
-    trace = make(Int32, (cute.sym_int32(), len(TRACE_FIELDS)), (len(TRACE_FIELDS), 1), assumed_align=16)
+    trace = make(Int32, (cute.sym_int32(), trace_width), (trace_width, 1), assumed_align=16)
     return logits, lengths, out, trace, cute.runtime.make_fake_stream()
 
 
