@@ -260,13 +260,6 @@ def shared_red(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=N
 
 
 @dsl_user_op
-def shared_atomic_add(address: Int32, value: Int32, *, loc=None, ip=None) -> Int32:
-    """Atomic add to a shared word of this CTA; returns the old value."""
-    return Int32(_asm(T.i32(), [Int32(address), Int32(value)], "atom.shared.add.u32 $0, [$1], $2;",
-                      "=r,r,r,~{memory}", loc, ip))
-
-
-@dsl_user_op
 def peer_address(address: Int32, rank: Int32, *, loc=None, ip=None) -> Int32:
     """The cluster address of this CTA's shared address in CTA rank."""
     return Int32(_asm(T.i32(), [Int32(address), Int32(rank)], "mapa.shared::cluster.u32 $0, $1, $2;",
@@ -627,9 +620,8 @@ class DecodeTopK:
                         self.stamp(trace_row, rank, tid, "emitted")
             if direct == 1:
                 t_path = Int32(2)
-                t_kth, t_above = self.exact_cutoff(sm, tid, lane, tops, start, count, length, nv, trace_row, rank)
-                self.gather(sm, tid, tops, t_kth, start, length, nv, k - t_above, t_above, out_row, False,
-                            trace_row, rank)
+                t_kth, t_above = self.direct(sm, tid, lane, rank, tops, start, count, length, nv, out_row,
+                                             trace_row)
         cluster_sync()  # no CTA exits while a peer may still touch its shared memory
         self.stamp(trace_row, rank, tid, "end")
 
@@ -835,6 +827,14 @@ class DecodeTopK:
                 cluster_red(peer_address(target + tid * 4, Int32(p)), total, _pick(total > 0, 1, 0))
 
     @cute.jit
+    def direct(self, sm, tid, lane, rank, tops, start, count, length, nv, out_row, trace_row):
+        """Direct path: the exact cutoff, then every CTA writes its keys above it and its
+        share of the keys equal to it straight to the output. Returns (k-th key, above)."""
+        kth, above = self.exact_cutoff(sm, tid, lane, tops, start, count, length, nv, trace_row, rank)
+        self.gather(sm, tid, tops, kth, start, length, nv, self.k - above, above, out_row, False, trace_row, rank)
+        return kth, above
+
+    @cute.jit
     def exact_cutoff(self, sm, tid, lane, tops, start, count, length, nv, trace_row, rank):
         """The row's exact k-th largest key and how many keys exceed it, from two
         cluster-wide 8-bit radix histograms."""
@@ -1013,16 +1013,47 @@ def compile_decode_topk(k, cluster, vector_count, block_mode, trace=False, arch=
 
 
 @functools.lru_cache(maxsize=None)
-def _hardware_resident(cluster: int) -> int:
-    # cutlass.utils.HardwareInfo asks the driver about a one-CTA-per-SM kernel of this
-    # cluster size: a GPC-geometry proxy for the real kernel, whose shared memory (over
-    # 128 KB at every build) also allows one CTA an SM.
-    return cutlass.utils.HardwareInfo().get_max_active_clusters(cluster)
+def _resident(device: int, k: int, cluster: int, vectors: int, block_mode: bool) -> int:
+    import cuda.bindings.runtime as cudart
+
+    topk = DecodeTopK(k, cluster, vectors, block_mode)
+    compiled = compile_decode_topk(k, cluster, vectors, block_mode)
+    name = next(iter(compiled.kernel_info))
+    err, kernel = cudart.cudaLibraryGetKernel(compiled.library, name.encode())
+    _cuda_check(err, "cudaLibraryGetKernel")
+    err, function = cuda.cuKernelGetFunction(cuda.CUkernel(int(kernel)))
+    _cuda_check(err, "cuKernelGetFunction")
+    for attribute, value in ((cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                             (cuda.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                              topk.smem_bytes)):
+        (err,) = cuda.cuFuncSetAttribute(function, attribute, value)
+        _cuda_check(err, "cuFuncSetAttribute")
+    config = cuda.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = cluster, 1, 1
+    config.blockDimX, config.blockDimY, config.blockDimZ = topk.threads, 1, 1
+    config.sharedMemBytes = topk.smem_bytes
+    attribute = cuda.CUlaunchAttribute()
+    attribute.id = cuda.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster, 1, 1
+    config.attrs = [attribute]
+    config.numAttrs = 1
+    err, clusters = cuda.cuOccupancyMaxActiveClusters(function, config)
+    _cuda_check(err, "cuOccupancyMaxActiveClusters")
+    return int(clusters)
 
 
-def resident_clusters(cluster: int, vectors: int) -> int:
-    """Clusters of this build the current device keeps resident at once."""
-    return _hardware_resident(cluster)
+def _cuda_check(err, what):
+    if int(err) != 0:
+        raise RuntimeError(f"{what} failed: {err}")
+
+
+def resident_clusters(cluster: int, vectors: int, k: int = 2048, block_mode: bool = False) -> int:
+    """Clusters of this build the current device keeps resident at once: the driver's
+    cuOccupancyMaxActiveClusters on the compiled kernel (its registers and shared memory,
+    the device's GPC geometry), cached per device and variant."""
+    import torch
+
+    return _resident(torch.cuda.current_device(), k, cluster, vectors, bool(block_mode))
 
 
 def supports_decode_topk(logits, k: int, block_mode: bool = False) -> bool:
@@ -1057,7 +1088,7 @@ def _check_logits(logits, k):
     if logits.data_ptr() % 16 != 0:
         raise ValueError(f"logits base address {logits.data_ptr():#x} is not 16-byte aligned")
     check_width(width)
-    limit = max_rows(width, resident_clusters)
+    limit = max_rows(width, lambda cluster, vectors: resident_clusters(cluster, vectors, k))
     if limit is not None and rows > limit:
         raise ValueError(f"{rows} rows of width {width} exceed the 16-CTA build's {WAVES_16} waves ({limit} rows)")
 
@@ -1106,7 +1137,8 @@ def decode_topk(logits, lengths, k: int, out=None, block_mode: bool = False, tra
     if rows == 0:
         return out
     if build is None:
-        cluster, _, vectors = build_for(rows, width, resident_clusters)
+        cluster, _, vectors = build_for(
+            rows, width, lambda cluster_, vectors_: resident_clusters(cluster_, vectors_, k, block_mode))
     else:
         cluster, vectors = build
         if (cluster, vectors) not in BUILDS or width > capacity(cluster, vectors):
