@@ -147,7 +147,6 @@ def max_rows(width, resident):
 # DSL imports (below the policy: reference/policy.py executes only the definitions above).
 # ---------------------------------------------------------------------------------------
 import functools  # noqa: E402
-import os  # noqa: E402
 import threading  # noqa: E402
 
 import cuda.bindings.driver as cuda  # noqa: E402
@@ -524,7 +523,10 @@ class DecodeTopK:
         [rows, 8], written only by a trace build."""
         self.kernel(logits, lengths, out, trace).launch(
             grid=[logits.shape[0] * self.cluster, 1, 1], block=[self.threads, 1, 1],
-            cluster=[self.cluster, 1, 1], stream=stream, use_pdl=True)
+            cluster=[self.cluster, 1, 1], stream=stream, use_pdl=True,
+            # Shared memory allows one CTA an SM anyway; this keeps ptxas from capping
+            # registers for a second one (it spilled at 64 on sm_90a without it).
+            min_blocks_per_mp=1)
 
     # -- the kernel --------------------------------------------------------------------
     @cute.kernel
@@ -992,23 +994,16 @@ _compile_lock = threading.Lock()
 
 def compile_decode_topk(k, cluster, vector_count, block_mode, trace=False, arch=None, options=None):
     """Compile one variant (cached: cute.compile itself never caches). arch, e.g.
-    "sm_100a", compiles for that target instead of the current device (CUTE_DSL_ARCH)."""
+    "sm_100a", compiles for that target instead of the current device (the DSL reads
+    CUTE_DSL_ARCH once per process, so the target travels as --gpu-arch); options: more
+    compiler options, e.g. "remarks{ptx}" for the ptxas resource report."""
     key = (k, cluster, vector_count, bool(block_mode), bool(trace), arch, options)
     with _compile_lock:
         if key not in _compiled:
             topk = DecodeTopK(k, cluster, vector_count, block_mode, trace)
-            saved = os.environ.get("CUTE_DSL_ARCH")
-            if arch is not None:
-                os.environ["CUTE_DSL_ARCH"] = arch
-            try:
-                extra = {} if options is None else {"options": options}
-                _compiled[key] = cute.compile(topk, *fake_arguments(k), **extra)
-            finally:
-                if arch is not None:
-                    if saved is None:
-                        os.environ.pop("CUTE_DSL_ARCH", None)
-                    else:
-                        os.environ["CUTE_DSL_ARCH"] = saved
+            flags = " ".join(flag for flag in (None if arch is None else f"--gpu-arch {arch}", options) if flag)
+            extra = {"options": flags} if flags else {}
+            _compiled[key] = cute.compile(topk, *fake_arguments(k), **extra)
         return _compiled[key]
 
 
