@@ -581,57 +581,59 @@ class DecodeTopK:
         cluster_sync()  # every CTA has started and zeroed its counters
         self.stamp(trace_row, rank, tid, "started")
 
-        t_reason = Int32(0)
-        t_q = Int32(-1)
-        t_cutoff = Int32(-1)
-        t_gt = Int32(-1)
-        t_eq = Int32(-1)
-        t_kth = Int32(-1)
-        t_above = Int32(-1)
-        t_path = Int32(0)
+        # The trace (trace builds): CTA 0's thread 0 writes the short row's fields now and
+        # overwrites each field once it is known, so no field stays live in a register.
+        for f in cutlass.range_constexpr(len(TRACE_FIELDS)):
+            self.record(trace_row, rank, tid, TRACE_FIELDS[f], Int32(0) if f < 2 else Int32(-1))
         if n <= k:
             self.short(sm, tid, rank, tops, start, count, length, n, out_row)
         else:
             direct = Int32(1)
             sampled = False if const_expr(self.block_mode) else nv > C * nt
             if sampled:
-                t_q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(1), (6144 * k + length - 1) // length))
+                q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(1), (6144 * k + length - 1) // length))
                 self.push_samples(sm, tid, rank, start, count, length)
                 cluster_sync()  # samples complete before the cutoff
                 self.stamp(trace_row, rank, tid, "samples")
-                t_cutoff, unused = self.radix_select(sm, tid, sm["samples"], 2, Int32(SAMPLES),
-                                                     Int32(SAMPLES), Int32(0), t_q)
+                cutoff, unused = self.radix_select(sm, tid, sm["samples"], 2, Int32(SAMPLES), Int32(SAMPLES),
+                                                   Int32(0), q)
+                self.record(trace_row, rank, tid, "q", q)
+                self.record(trace_row, rank, tid, "cutoff", cutoff)
                 self.stamp(trace_row, rank, tid, "cutoff")
-                self.gather(sm, tid, tops, t_cutoff, start, length, nv, Int32(0), Int32(0), Int64(0), True,
+                self.gather(sm, tid, tops, cutoff, start, length, nv, Int32(0), Int32(0), Int64(0), True,
                             trace_row, rank)
                 cluster_sync()  # survivors complete before CTA 0 reads them
                 self.stamp(trace_row, rank, tid, "survivors")
                 pair = peer_address(sm["pairs"], Int32(0))
-                t_gt = cluster_load(pair)
-                t_eq = cluster_load(pair + 4)
-                t_reason = _pick(t_gt + t_eq > SURVIVOR_CAPACITY, 1, _pick(t_gt + t_eq < k, 2, 0))
-                if t_reason == 0:
+                gt = cluster_load(pair)
+                eq = cluster_load(pair + 4)
+                reason = _pick(gt + eq > SURVIVOR_CAPACITY, 1, _pick(gt + eq < k, 2, 0))
+                self.record(trace_row, rank, tid, "gt", gt)
+                self.record(trace_row, rank, tid, "eq", eq)
+                self.record(trace_row, rank, tid, "reason", reason)
+                if reason == 0:
                     direct = Int32(0)
-                    t_path = Int32(1)
                     if rank == 0:
-                        t_kth, t_above = self.radix_select(
-                            sm, tid, sm["survivors"] + 4, 8, t_gt + t_eq, t_gt,
-                            SURVIVOR_CAPACITY - t_gt - t_eq, Int32(k))
+                        kth, above = self.radix_select(sm, tid, sm["survivors"] + 4, 8, gt + eq, gt,
+                                                       SURVIVOR_CAPACITY - gt - eq, Int32(k))
                         self.stamp(trace_row, rank, tid, "survivor_kth")
-                        self.emit(sm, tid, t_gt, t_eq, t_kth, t_above, out_row)
+                        self.emit(sm, tid, gt, eq, kth, above, out_row)
                         self.stamp(trace_row, rank, tid, "emitted")
+                        self.record(trace_row, rank, tid, "path", Int32(1))
+                        self.record(trace_row, rank, tid, "kth", kth)
+                        self.record(trace_row, rank, tid, "above", above)
             if direct == 1:
-                t_path = Int32(2)
-                t_kth, t_above = self.direct(sm, tid, lane, rank, tops, start, count, length, nv, out_row,
-                                             trace_row)
+                kth, above = self.direct(sm, tid, lane, rank, tops, start, count, length, nv, out_row, trace_row)
+                self.record(trace_row, rank, tid, "path", Int32(2))
+                self.record(trace_row, rank, tid, "kth", kth)
+                self.record(trace_row, rank, tid, "above", above)
         cluster_sync()  # no CTA exits while a peer may still touch its shared memory
         self.stamp(trace_row, rank, tid, "end")
 
+    def record(self, trace_row, rank, tid, field, value):
+        """Trace builds only: CTA 0's thread 0 writes one TRACE_FIELDS field of the row."""
         if const_expr(self.trace):
-            if (rank == 0) & (tid == 0):
-                fields = (t_path, t_reason, t_q, t_cutoff, t_gt, t_eq, t_kth, t_above)
-                for f in cutlass.range_constexpr(len(TRACE_FIELDS)):
-                    store_s32(trace_row + f * 4, fields[f], Int32(1))
+            store_s32(trace_row + TRACE_FIELDS.index(field) * 4, value, _pick((rank == 0) & (tid == 0), 1, 0))
 
     @cute.jit
     def stamp(self, trace_row, rank, tid, point: cutlass.Constexpr):
