@@ -24,6 +24,8 @@ from reference.bits import (
 )
 from reference.topk import KS, validate_inputs
 
+from . import algorithm_cases as algo
+
 LEVELS = ("ci", "full")
 MODES = (False, True)  # token mode, block mode
 
@@ -267,6 +269,31 @@ CASES = (
          "lengths 0, 1, 7, 8, 9, k-1, k, k+1, 8k-1, 8k, 8k+1, ... under a wider row"),
     Case("random-bits", "ci", 112, partial(make_random_bits, rows=8, width=8192),
          "uniformly random bit patterns, random lengths"),
+    # --- ci: the model's algorithm (SPEC.md part 2): each path and fallback in every build,
+    # verified by the trace (algorithm_cases.INTENTS) -------------------------------------------
+    Case("sampled-overflow", "ci", 301, partial(algo.make_controlled, width=algo.W_SAMPLED, specs=algo.OVERFLOW_SPECS),
+         "sampled rows with G + E = 8192, 8193 and more: large values hidden between the samples", modes=(False,)),
+    Case("sampled-underflow", "ci", 302,
+         partial(algo.make_controlled, width=algo.W_SAMPLED, specs=algo.UNDERFLOW_SPECS),
+         "sampled rows with G + E = k - 1 and k for every k: underflow and its boundary", modes=(False,)),
+    Case("sampled-hits-top", "ci", 303,
+         partial(algo.make_samples_hit_top, width=algo.W_SAMPLED, lengths=algo.SAMPLE_HIT_LENGTHS),
+         "the row's largest values sit at the sample positions: underflow", modes=(False,)),
+    Case("sampled-eq-capped", "ci", 304, partial(algo.make_cta_plateau, width=algo.W_SAMPLED, specs=algo.CAPPED_SPECS),
+         "plateaus of more than k keys equal to the cutoff a CTA: the per-CTA cap", modes=(False,)),
+    Case("sampled-threshold", "ci", 305, partial(algo.make_normal_rows, width=65544, lengths=algo.BOUNDARY_LENGTHS),
+         "nv = C T and C T + 1 at C T = 4096 and 8192 (one vector a thread)"),
+    Case("sampled-lengths", "ci", 306,
+         partial(algo.make_normal_rows, width=algo.W_SAMPLED, lengths=algo.SAMPLED_LENGTHS),
+         "sampled rows of distinct values, chunks split unevenly, q above 2048 / C"),
+    Case("vector-edges", "ci", 307,
+         partial(algo.make_vector_edges, width=algo.W_SAMPLED, lengths=algo.VECTOR_EDGE_LENGTHS),
+         "masked last vectors: the largest logit last, NaN past it; -inf before the pinned block"),
+    Case("signed-zeros", "ci", 308,
+         partial(algo.make_signed_zeros, width=algo.W_SAMPLED, lengths=algo.SIGNED_ZERO_LENGTHS),
+         "-0 rows with 300 +0 near the end: K = -0, so -0 < +0 decides"),
+    Case("short-neg-inf", "ci", 309, partial(algo.make_short_neg_inf, width=16384, lengths=algo.SHORT_NEG_INF_LENGTHS),
+         "short rows with -inf blocks"),
     # --- full: ci plus the big ones ---------------------------------------------------------
     Case("indexer-64x131072", "full", 201, partial(make_indexer, rows=64, width=131072, rho=0.9, heads=32, dim=64),
          "a decode batch of indexer-like rows at rho 0.9"),
@@ -297,6 +324,9 @@ CASES = (
     Case("wide-1048576", "full", 212,
          partial(make_lengths, lengths=(524287, 524288, 524289, 1048575, 1048576), width=1048576),
          "the widest rows, around the 8x512x16 capacity and at the maximum width"),
+    Case("sampled-fallbacks-524288", "full", 213,
+         partial(algo.make_controlled, width=524288, specs=algo.WIDE_SPECS),
+         "overflow, underflow and their boundaries in rows 524,288 wide (8x512x16, 16x512x16)", modes=(False,)),
 )
 
 

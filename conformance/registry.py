@@ -55,8 +55,29 @@ def _load_reference():
     return decode_topk_reference
 
 
+def _load_aot():
+    # The GPU kernel through the ahead-of-time library (kernel/aot_loader.py; imports torch,
+    # never cutlass): impl(logits_bits, lengths, k, block_mode, build=None) -> (out, trace),
+    # out and trace poisoned before every launch, the traced variant, on `build`
+    # ((cluster, threads, vectors), (cluster, vectors) or 'CxTxV') or the policy's build;
+    # the build it ran is left in impl.last_build.
+    from kernel.aot_loader import conformance_impl
+
+    return conformance_impl()
+
+
+def _load_model():
+    # reference/model.py (numba): impl(logits_bits, lengths, k, block_mode, build=None)
+    # -> (out, trace) on `build` (cluster, threads, vectors) or the policy's build.
+    from reference.model import decode_topk_model
+
+    return decode_topk_model
+
+
 def _register_builtins():
     register("reference", _load_reference)
+    register("model", _load_model)
+    register("aot", _load_aot)
 
 
 _register_builtins()

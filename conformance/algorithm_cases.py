@@ -1,0 +1,252 @@
+"""Case generators that steer SPEC.md part 2's algorithm: each fallback, its boundaries,
+the per-CTA eq cap, the path thresholds, the masked last vector and the pinned block.
+
+The catalogue (`cases.py`) lists them; `INTENTS` says, for the rows whose path the
+generator controls, which path and fallback reason each build must take, and the tests
+and `python -m conformance --impl model` verify it with the trace.
+
+A *controlled* token row fixes the sampled cutoff at the value 1.0 in every build: it puts
+1.0 at q + 2 sample positions of every build (q for k = 2048, the largest) and every value
+above 1.0 away from all sample positions, so no sample exceeds 1.0 and at least q equal
+it. Then G (keys above the cutoff) is the number of values placed above 1.0 and,
+with at most k equal values in any CTA's chunk, E is the number of 1.0s: G + E, and so the
+fallback, is chosen by the generator.
+"""
+
+import numpy as np
+
+from reference.bits import NEG_INF_BITS, POS_INF_BITS, bf16_bits_from_float32
+
+from .trace import CAPACITY, q_for, sample_positions
+
+CUTOFF_BITS = 0x3F80  # 1.0
+CLUSTERS = (4, 8, 16)
+POS_NAN = 0x7FC0
+
+
+def _background(rng, size):
+    """Values below 1.0 (many distinct, some repeated)."""
+    return bf16_bits_from_float32(rng.uniform(-4.0, 0.99, size).astype(np.float32))
+
+
+def _garbage(rng, size):
+    """What lies past a row's length: large values and NaNs, so that reading it shows."""
+    return rng.choice(np.array([POS_NAN, POS_INF_BITS, 0x7F00, 0xFFC0], np.uint16), size=size)
+
+
+def controlled_row(rng, width, length, n_gt, n_eq, k_max=2048):
+    """A token row whose sampled cutoff is 1.0 on every build, with n_gt values above it
+    (none at a sample position) and n_eq values equal to it."""
+    row = _background(rng, width)
+    row[length:] = _garbage(rng, width - length)
+    q = q_for(length, k_max)
+    sets = [np.unique(sample_positions(length, c)) for c in CLUSTERS]
+    union = np.unique(np.concatenate(sets))
+    picks = set()
+    for s in sets:
+        have = len(picks.intersection(s.tolist()))
+        if have < q + 2:
+            free = np.setdiff1d(s, np.fromiter(picks, np.int64, len(picks)))
+            picks.update(rng.choice(free, size=q + 2 - have, replace=False).tolist())
+    picks = np.fromiter(picks, np.int64, len(picks))
+    if picks.size > n_eq:
+        raise ValueError(f"n_eq = {n_eq} is below the {picks.size} sample positions the cutoff needs")
+    others = np.setdiff1d(np.arange(length), union)
+    chosen = rng.choice(others, size=n_eq - picks.size + n_gt, replace=False)
+    eq_pos = np.concatenate([picks, chosen[: n_eq - picks.size]])
+    gt_pos = chosen[n_eq - picks.size:]
+    row[eq_pos] = CUTOFF_BITS
+    row[gt_pos] = rng.integers(CUTOFF_BITS + 1, 0x4380, size=gt_pos.size, dtype=np.uint16)  # (1, 256)
+    return row
+
+
+def make_controlled(rng, width, specs):
+    """Rows of controlled_row, one a (length, n_gt, n_eq) spec."""
+    logits = np.stack([controlled_row(rng, width, length, g, e) for length, g, e in specs])
+    return logits, np.array([s[0] for s in specs])
+
+
+def make_samples_hit_top(rng, width, lengths, top=400):
+    """Underflow by sampling: the row's `top` largest values sit exactly at the sample
+    positions (the same in every build at these lengths), so the cutoff is the q-th of
+    them and fewer than k keys are at or above it."""
+    logits = np.empty((len(lengths), width), np.uint16)
+    for r, length in enumerate(lengths):
+        row = _background(rng, width)
+        row[length:] = _garbage(rng, width - length)
+        pos = np.unique(np.concatenate([sample_positions(length, c) for c in CLUSTERS]))
+        where = rng.choice(pos, size=top, replace=False)
+        row[where] = rng.permutation(np.arange(0x4000, 0x4000 + top, dtype=np.uint16))
+        logits[r] = row
+    return logits, np.array(lengths)
+
+
+def make_cta_plateau(rng, width, specs):
+    """A plateau of 1.0 spread evenly over the row, n_eq of them, and n_gt larger values:
+    with n_eq / C > k a CTA holds more than k keys equal to the cutoff and its eq
+    survivors are capped at k (E = sum min(EQ_c, k)); past 8192 in all, the eq slots'
+    offsets run past the buffer."""
+    logits = np.empty((len(specs), width), np.uint16)
+    for r, (length, n_gt, n_eq) in enumerate(specs):
+        row = _background(rng, width)
+        row[length:] = _garbage(rng, width - length)
+        where = rng.choice(length, size=n_gt + n_eq, replace=False)
+        row[where[:n_eq]] = CUTOFF_BITS
+        row[where[n_eq:]] = rng.integers(CUTOFF_BITS + 1, 0x4380, size=n_gt, dtype=np.uint16)
+        logits[r] = row
+    return logits, np.array([s[0] for s in specs])
+
+
+def make_vector_edges(rng, width, lengths):
+    """Rows whose length is not a multiple of 8 (a masked last vector), each in two
+    flavours: token (the row's largest value, +inf, is its last valid logit, NaN and
+    +inf right past it) and block (the newest, partial block's valid logits and the block
+    before it are -inf, so only the pin selects the newest block)."""
+    rows = []
+    for length in lengths:
+        row = bf16_bits_from_float32(rng.standard_normal(width).astype(np.float32))
+        row[length - 1] = POS_INF_BITS
+        row[length:] = POS_NAN
+        rows.append(row)
+        row = bf16_bits_from_float32(rng.standard_normal(width).astype(np.float32))
+        last = 8 * ((length - 1) // 8)
+        row[last - 8: length] = NEG_INF_BITS
+        row[length:] = POS_NAN
+        rows.append(row)
+    return np.stack(rows), np.repeat(np.array(lengths), 2)
+
+
+def make_signed_zeros(rng, width, lengths, positive=300):
+    """Rows of -0 with `positive` +0 near the end, one in each of the last `positive`
+    blocks: K is -0 in both modes (positive < k), so every +0 must be chosen and -0 < +0
+    decides which."""
+    logits = np.full((len(lengths), width), 0x8000, np.uint16)
+    for r, length in enumerate(lengths):
+        first = 8 * ((length - 1) // 8) - 8 * positive
+        where = first + 8 * np.arange(positive) + rng.integers(0, 8, size=positive)
+        logits[r, where] = 0x0000
+        logits[r, length:] = POS_NAN
+    return logits, np.array(lengths)
+
+
+def make_short_neg_inf(rng, width, lengths):
+    """Short rows (n <= k) with -inf blocks and tokens: short block rows write -1 for
+    -inf blocks; short token rows write every position."""
+    logits = bf16_bits_from_float32(rng.standard_normal((len(lengths), width)).astype(np.float32))
+    for r, length in enumerate(lengths):
+        blocks = rng.random((width + 7) // 8) < 0.4
+        mask = np.repeat(blocks, 8)[:width]
+        logits[r, mask] = NEG_INF_BITS
+        logits[r, length:] = POS_NAN
+    return logits, np.array(lengths)
+
+
+def make_normal_rows(rng, width, lengths):
+    """Rows of normal values (thousands of distinct BF16 values), garbage past the
+    length: the sampled path on distinct data, where moving a sample, a chunk boundary or
+    q moves the cutoff."""
+    logits = bf16_bits_from_float32(rng.standard_normal((len(lengths), width)).astype(np.float32))
+    for r, length in enumerate(lengths):
+        logits[r, length:] = _garbage(rng, width - length)
+    return logits, np.array(lengths)
+
+
+# ----------------------------------------------------------------------------------------
+# The specs of the catalogue's algorithm cases, and their intents
+# ----------------------------------------------------------------------------------------
+W_SAMPLED = 131072  # nv = 16384 > C * T in every build; the builds share sample positions
+
+OVERFLOW_SPECS = (
+    (W_SAMPLED, 12000, 300),  # G > 8192: gt offsets past the buffer
+    (W_SAMPLED, 8000, 193),  # G + E = 8193: overflow by one
+    (W_SAMPLED, 7999, 193),  # G + E = 8192: the capacity exactly, no fallback
+    (W_SAMPLED, 7192, 1000),  # 8192 again, with more ties
+    (W_SAMPLED - 3, 9000, 500),  # overflow, masked last vector, other sample positions
+)
+UNDERFLOW_SPECS = (
+    (W_SAMPLED, 200, 311),  # 511: underflow at every k
+    (W_SAMPLED, 212, 300),  # 512: sampled at k = 512
+    (W_SAMPLED, 700, 323),  # 1023
+    (W_SAMPLED, 700, 324),  # 1024
+    (W_SAMPLED, 1500, 547),  # 2047
+    (W_SAMPLED, 1500, 548),  # 2048
+    (W_SAMPLED - 5, 100, 150),  # 250
+)
+CAPPED_SPECS = (
+    (W_SAMPLED, 300, 6000),  # EQ_c capped at k in some builds
+    (W_SAMPLED, 300, 30000),  # E past 8192 at k = 2048: eq offsets past the buffer
+    (W_SAMPLED - 1, 40, 3000),
+)
+WIDE_SPECS = (
+    (524288, 12000, 300),  # overflow
+    (524288, 7999, 193),  # 8192: no fallback
+    (524288, 8000, 193),  # 8193: overflow
+    (524288, 200, 311),  # 511: underflow at every k
+    (524288, 1500, 548),  # 2048
+    (524288 - 7, 700, 324),  # 1024
+)
+SAMPLE_HIT_LENGTHS = (W_SAMPLED, 65536 + 8192)
+BOUNDARY_LENGTHS = (32768, 32769, 65536, 65537)  # nv = C T and C T + 1 at C T = 4096, 8192
+VECTOR_EDGE_LENGTHS = (16381, 30001, W_SAMPLED - 3)
+SIGNED_ZERO_LENGTHS = (16384, 30000, W_SAMPLED)
+SHORT_NEG_INF_LENGTHS = (0, 1, 9, 500, 512, 4000, 4096, 8192, 16384)
+# Sampled lengths whose chunks split unevenly, and where q exceeds a CTA's 2048 / C samples
+# at k = 2048 (q > 256 below 49152 logits, q > 128 below 98304).
+SAMPLED_LENGTHS = (131072, 131071, 100003, 70001, 40009, 33333)
+
+
+def _controlled_intent(specs):
+    def intent(build, k):
+        cluster, threads, _ = build
+        rows = []
+        for length, n_gt, n_eq in specs:
+            if -(-length // 8) <= cluster * threads:
+                rows.append((2, 0))
+            elif n_gt + n_eq > CAPACITY:
+                rows.append((2, 1))
+            elif n_gt + n_eq < k:
+                rows.append((2, 2))
+            else:
+                rows.append((1, 0))
+        return rows
+    return intent
+
+
+def _hit_intent(build, k):
+    return [(2, 2)] * len(SAMPLE_HIT_LENGTHS)
+
+
+def _boundary_intent(build, k):
+    cluster, threads, _ = build
+    return [(1, None) if -(-length // 8) > cluster * threads else (2, 0) for length in BOUNDARY_LENGTHS]
+
+
+# case name -> intent(build, k) -> per row (path, reason) of token mode; reason None: any.
+INTENTS = {
+    "sampled-overflow": _controlled_intent(OVERFLOW_SPECS),
+    "sampled-underflow": _controlled_intent(UNDERFLOW_SPECS),
+    "sampled-hits-top": _hit_intent,
+    "sampled-threshold": _boundary_intent,
+    "sampled-fallbacks-524288": _controlled_intent(WIDE_SPECS),
+}
+
+
+def intent_problems(case_name, build, k, block_mode, trace):
+    """Rows of a case whose trace's (path, reason) differ from the case's intent."""
+    if case_name not in INTENTS or block_mode:
+        return []
+    intents = INTENTS[case_name](build, k)
+    trace = np.asarray(trace)
+    if trace.shape != (len(intents), 8):
+        return []  # trace_problems reports the shape
+    problems = []
+    for r, (path, reason) in enumerate(intents):
+        got_path, got_reason = int(trace[r, 0]), int(trace[r, 1])
+        if path == 1 and reason is None:
+            ok = got_path == 1 or got_reason in (1, 2)  # a sampled attempt
+        else:
+            ok = got_path == path and (reason is None or got_reason == reason)
+        if not ok:
+            problems.append(f"row {r}: intended path {path} reason {reason}, got path {got_path} "
+                            f"reason {got_reason}")
+    return problems

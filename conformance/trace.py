@@ -1,0 +1,203 @@
+"""Checks of the per-row trace of SPEC.md 2.11 (path, reason, q, cutoff, gt, eq, kth, above).
+
+- `expected_trace(logits_bits, lengths, k, block_mode, build)`: the trace every correct
+  implementation of SPEC.md part 2 must produce on that build, computed over whole rows
+  with numpy (samples by position, q by formula, cutoff by sorting the samples, G and the
+  capped E by counting, K and A by sorting the row), independently of the cluster model.
+- `trace_invariants(logits_bits, lengths, k, block_mode, trace, build=None)`: the problems
+  of a trace: shape, -1 fields inconsistent with the path, q, G, kth and above against the
+  row, the fallback reasons against gt + eq; with a build, also every field against
+  `expected_trace`.
+- `compare_traces(expected, actual)`: field-by-field mismatches, naming row and field (a
+  kernel's trace against the model's).
+"""
+
+import numpy as np
+
+from reference import policy
+from reference.topk import element_keys
+
+FIELDS = tuple(policy.TRACE_FIELDS)
+PATH, REASON, Q, CUTOFF, GT, EQ, KTH, ABOVE = range(8)
+PATH_NAMES = {0: "short", 1: "sampled", 2: "direct"}
+REASON_NAMES = {0: "none", 1: "overflow", 2: "underflow"}
+SAMPLES = policy.SAMPLES
+CAPACITY = policy.SURVIVOR_CAPACITY
+
+
+def q_for(length, k):
+    """The sample rank of a sampled row (SPEC.md 2.4)."""
+    return min(SAMPLES, max(1, (6144 * k + length - 1) // length))
+
+
+def kth_and_above(keys, k):
+    """(K, A): the k-th largest key and the count of keys above it."""
+    kth = int(np.sort(keys)[keys.size - k])
+    return kth, int(np.count_nonzero(keys > kth))
+
+
+def _chunks(nv, cluster):
+    return [((c * nv) // cluster, ((c + 1) * nv) // cluster) for c in range(cluster)]
+
+
+def sample_positions(length, cluster):
+    """The 2048 sampled logit positions of a token row, in sample-array order."""
+    nv = -(-length // 8)
+    per = SAMPLES // cluster
+    j = np.arange(per, dtype=np.int64)
+    pos = []
+    for start, end in _chunks(nv, cluster):
+        m = min(8 * end, length) - 8 * start
+        pos.append(8 * start + ((2 * j + 1) * m) // (2 * per))
+    return np.concatenate(pos)
+
+
+def expected_row_trace(keys, length, k, block_mode, build):
+    """The trace of one row (keys: its element keys, reference.topk.element_keys)."""
+    cluster, threads, _ = build
+    n = keys.size
+    nv = -(-length // 8)
+    tr = [0, 0, -1, -1, -1, -1, -1, -1]
+    if n <= k:
+        return tr
+    kth, above = kth_and_above(keys, k)
+    tr[PATH] = 2
+    tr[KTH], tr[ABOVE] = kth, above
+    if block_mode or nv <= cluster * threads:
+        return tr
+    q = q_for(length, k)
+    samples = keys[sample_positions(length, cluster)]
+    cutoff = int(np.sort(samples)[SAMPLES - q])
+    gt = int(np.count_nonzero(keys > cutoff))
+    eq = 0
+    for start, end in _chunks(nv, cluster):
+        eq += min(int(np.count_nonzero(keys[8 * start: min(8 * end, length)] == cutoff)), k)
+    tr[Q], tr[CUTOFF], tr[GT], tr[EQ] = q, cutoff, gt, eq
+    if gt + eq > CAPACITY:
+        tr[REASON] = 1
+    elif gt + eq < k:
+        tr[REASON] = 2
+    else:
+        tr[PATH] = 1
+    return tr
+
+
+def expected_trace(logits_bits, lengths, k, block_mode, build):
+    """int32 [rows, 8]: the trace SPEC.md part 2 prescribes on build (cluster, threads,
+    vectors)."""
+    rows = logits_bits.shape[0]
+    out = np.empty((rows, len(FIELDS)), dtype=np.int32)
+    for r in range(rows):
+        length = int(lengths[r])
+        keys = element_keys(logits_bits[r], length, block_mode).astype(np.int64)
+        out[r] = expected_row_trace(keys, length, int(k), bool(block_mode), build)
+    return out
+
+
+def trace_mismatches(expected, actual):
+    """(row, message) of each field of actual that differs from expected; row -1 for a
+    shape mismatch."""
+    expected = np.asarray(expected)
+    actual = np.asarray(actual)
+    if actual.shape != expected.shape:
+        return [(-1, f"trace shape {actual.shape}, expected {expected.shape}")]
+    return [(int(r), f"field {FIELDS[f]}: expected {int(expected[r, f])}, got {int(actual[r, f])}")
+            for r, f in zip(*np.nonzero(expected != actual))]
+
+
+def compare_traces(expected, actual):
+    """Field-by-field mismatches of actual against expected, as messages naming row and
+    field."""
+    return [m if r < 0 else f"row {r} {m}" for r, m in trace_mismatches(expected, actual)]
+
+
+def _row_problems(keys, length, k, block_mode, tr):
+    """Build-independent checks of one row's trace; a list of messages (no row prefix)."""
+    p = []
+    n = keys.size
+    path, reason, q, cutoff, gt, eq, kth, above = (int(v) for v in tr)
+    if n <= k:
+        if list(tr) != [0, 0, -1, -1, -1, -1, -1, -1]:
+            p.append(f"short row (n={n} <= k) has trace {list(map(int, tr))}, expected [0, 0, -1, ...]")
+        return p
+    if path not in (1, 2):
+        p.append(f"path {path} for a row of n={n} > k (expected sampled 1 or direct 2)")
+    K, A = kth_and_above(keys, k)
+    if kth != K:
+        p.append(f"kth {kth}, the row's k-th largest key is {K}")
+    if above != A:
+        p.append(f"above {above}, the row has {A} keys above its k-th largest")
+    attempted = path == 1 or reason in (1, 2)
+    if reason not in (0, 1, 2):
+        p.append(f"reason {reason} is not 0, 1 or 2")
+    if path == 1 and reason != 0:
+        p.append(f"sampled row with fallback reason {reason}")
+    if block_mode and attempted:
+        p.append("block row with a sampled attempt")
+    if not attempted:
+        if (q, cutoff, gt, eq) != (-1, -1, -1, -1):
+            p.append(f"direct row without a sampled attempt has q/cutoff/gt/eq {(q, cutoff, gt, eq)}, expected -1")
+        return p
+    if q != q_for(int(length), k):
+        p.append(f"q {q}, expected {q_for(int(length), k)} for length {length}")
+    if not 0 <= cutoff <= 0xFFFF:
+        p.append(f"cutoff {cutoff} is not a 16-bit key")
+        return p
+    G = int(np.count_nonzero(keys > cutoff))
+    if gt != G:
+        p.append(f"gt {gt}, the row has {G} keys above the cutoff {cutoff}")
+    if not 0 <= eq <= int(np.count_nonzero(keys == cutoff)):
+        p.append(f"eq {eq} outside [0, keys equal to the cutoff]")
+    if reason == 1 and not gt + eq > CAPACITY:
+        p.append(f"overflow with gt + eq = {gt + eq} <= {CAPACITY}")
+    if reason == 2 and not gt + eq < k:
+        p.append(f"underflow with gt + eq = {gt + eq} >= k")
+    if reason == 0 and path == 1:
+        if not k <= gt + eq <= CAPACITY:
+            p.append(f"sampled row with gt + eq = {gt + eq} outside [k, {CAPACITY}]")
+        if K < cutoff:
+            p.append(f"sampled row with K {K} below the cutoff {cutoff}")
+    return p
+
+
+def trace_problems(logits_bits, lengths, k, block_mode, trace, build=None):
+    """(row, message) of each problem `trace_invariants` reports; row -1 for the whole
+    trace (shape, dtype)."""
+    rows = logits_bits.shape[0]
+    trace = np.asarray(trace)
+    if trace.shape != (rows, len(FIELDS)):
+        return [(-1, f"trace shape {trace.shape}, expected {(rows, len(FIELDS))}")]
+    if trace.dtype != np.int32:
+        return [(-1, f"trace dtype {trace.dtype}, expected int32")]
+    problems = []
+    for r in range(rows):
+        length = int(lengths[r])
+        keys = element_keys(logits_bits[r], length, block_mode).astype(np.int64)
+        problems += [(r, m) for m in _row_problems(keys, length, int(k), bool(block_mode), trace[r])]
+        if build is not None:
+            want = expected_row_trace(keys, length, int(k), bool(block_mode), build)
+            for f in range(len(FIELDS)):
+                if int(trace[r, f]) != want[f]:
+                    problems.append((r, f"field {FIELDS[f]}: expected {want[f]} on build "
+                                        f"{build[0]}x{build[1]}x{build[2]}, got {int(trace[r, f])}"))
+    return problems
+
+
+def trace_invariants(logits_bits, lengths, k, block_mode, trace, build=None):
+    """The problems of trace (int32 [rows, 8]) for these inputs, as messages naming the
+    row; empty if none. With build (cluster, threads, vectors), every field must also equal
+    `expected_trace` on that build."""
+    return [m if r < 0 else f"row {r}: {m}"
+            for r, m in trace_problems(logits_bits, lengths, k, block_mode, trace, build)]
+
+
+def coverage(trace):
+    """{'path:short': rows, ..., 'reason:overflow': rows, ...} of a trace."""
+    trace = np.asarray(trace)
+    cov = {}
+    for p, name in PATH_NAMES.items():
+        cov[f"path:{name}"] = int(np.count_nonzero(trace[:, PATH] == p))
+    for rcode, name in REASON_NAMES.items():
+        if rcode:
+            cov[f"reason:{name}"] = int(np.count_nonzero(trace[:, REASON] == rcode))
+    return cov

@@ -1,0 +1,420 @@
+"""Ahead-of-time build of every DecodeTopK variant into one shared library.
+
+    python -m kernel.aot [--arch sm_90a] [--out .aot] [--jobs 2] [--module kernel.decode_topk_cute]
+
+1. Compiles every variant of `variants()` (k x build x mode) with the trace off and on,
+   with `compile_decode_topk` in `--jobs` worker processes (kernel/resources.py: each
+   worker sets CUTE_DSL_ARCH before importing the DSL, and the cubin is checked to be for
+   that arch), and `export_to_c`s each as `<work>/obj/<name>.{h,o}` with
+   name = function prefix = `dtk_k{k}_c{cluster}_v{vectors}_blk{0|1}_tr{0|1}` (the work
+   folder, default build/aot_<arch>, holds them and the shim; `<out>` only the library and
+   its manifest).
+2. Generates one C shim `<work>/shim.c` from the generated headers: the per-tensor structs'
+   fields are read from each header and filled from the fake arguments' dynamic modes
+   (an unexpected field stops the build). It exports (see `kernel/aot_loader.py`):
+
+       int dtk_launch(int k, int cluster, int vectors, int block_mode, int trace,
+                      void* logits, int rows, int width, long long row_stride,
+                      void* lengths, void* out, void* trace_buf, void* stream);
+       int dtk_max_active_clusters(int k, int cluster, int vectors, int block_mode,
+                                   int trace, int* n);
+       int dtk_variant_count(void);  int dtk_set_device(int device);
+       int dtk_variant(int i, int* k, int* cluster, int* vectors, int* block_mode,
+                       int* trace, int* threads, int* smem);
+       const char* dtk_kernel_source_sha256(void);  const char* dtk_arch(void);
+       const char* dtk_error_name(int code);
+
+   Return codes: 0 success, > 0 a cudaError_t, DTK_NO_VARIANT (-1) no such variant,
+   DTK_LOAD_FAILED (-3) the variant's module did not load, DTK_NO_SMEM (-2) the launch's
+   dynamic shared memory size was not a compile-time constant (occupancy unknown).
+   Each variant's module is loaded (`<name>_Kernel_Module_Load`) once, lazily, under a
+   mutex. The occupancy query takes the kernel handle from the loaded library
+   (cudaLibraryGetKernel with the kernel's name) and asks cudaOccupancyMaxActiveClusters
+   with the variant's cluster, block and dynamic smem (read from the host IR).
+3. Links `<out>/libdecode_topk.so` (static cudart and the DSL's runtime inside; NEEDED is
+   only libc) and writes `<out>/MANIFEST.json` (variants, arch, date, the kernel source's
+   SHA-256, resources). The loader refuses a library whose hash differs from the kernel
+   source next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kernel import resources
+
+CUDA_HOME = Path("/usr/local/cuda-13.0")
+LIBRARY = "libdecode_topk.so"
+MANIFEST = "MANIFEST.json"
+DTK_NO_VARIANT, DTK_NO_SMEM, DTK_LOAD_FAILED = -1, -2, -3
+
+
+def source_sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def dsl_runtime_archive() -> Path:
+    """<site-packages>/nvidia_cutlass_dsl/cu13/lib/libcuda_dialect_runtime_static.a."""
+    import importlib.util
+    spec = importlib.util.find_spec("nvidia_cutlass_dsl")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("nvidia_cutlass_dsl is not installed")
+    for root in spec.submodule_search_locations:
+        p = Path(root) / "cu13" / "lib" / "libcuda_dialect_runtime_static.a"
+        if p.exists():
+            return p
+    raise RuntimeError("libcuda_dialect_runtime_static.a not found under nvidia_cutlass_dsl/cu13/lib")
+
+
+# ---------------------------------------------------------------------------------------
+# Header parsing
+# ---------------------------------------------------------------------------------------
+_STRUCT = re.compile(r"typedef struct \{(.*?)\}\s*(\w+);", re.S)
+_FIELD = re.compile(r"^\s*([\w\s\*]+?)\s*(\w+)(?:\[(\d+)\])?;\s*$")
+
+
+def parse_header(text: str, prefix: str) -> dict:
+    """{"structs": {type: [(ctype, field, count|None)]}, "params": [(type, name)]} of a
+    generated <prefix>.h: its struct typedefs and the wrapper's parameters."""
+    structs = {}
+    for body, name in _STRUCT.findall(text):
+        fields = []
+        for line in body.strip().splitlines():
+            m = _FIELD.match(line)
+            if not m:
+                raise ValueError(f"{prefix}.h: cannot parse struct {name} field {line!r}")
+            fields.append((m.group(1).strip(), m.group(2), int(m.group(3)) if m.group(3) else None))
+        structs[name] = fields
+    m = re.search(rf"cute_dsl_{re.escape(prefix)}_wrapper\((.*?)\)\s*\{{", text, re.S)
+    if not m:
+        raise ValueError(f"{prefix}.h: no cute_dsl_{prefix}_wrapper")
+    params = []
+    for p in m.group(1).split(","):
+        p = p.strip()
+        pm = re.match(r"(.*?)(\w+)$", p)
+        params.append((pm.group(1).replace(" ", ""), pm.group(2)))
+    if f"{prefix}_Kernel_Module_Load" not in text:
+        raise ValueError(f"{prefix}.h: no {prefix}_Kernel_Module_Load")
+    return {"structs": structs, "params": params}
+
+
+def fake_modes(module, k):
+    """Per tensor argument of fake_arguments(k), in order: (dynamic shape modes,
+    dynamic stride modes) as mode indices, and the stream's position."""
+    args = module.fake_arguments(k)
+    out = []
+    for a in args:
+        if hasattr(a, "shape") and hasattr(a, "stride"):
+            dyn_shape = [i for i, s in enumerate(a.shape) if not isinstance(s, int)]
+            dyn_stride = [i for i, s in enumerate(a.stride) if not isinstance(s, int)]
+            out.append((dyn_shape, dyn_stride))
+        else:
+            out.append(None)  # the stream
+    return out
+
+
+# C expressions of each tensor's modes in dtk_launch's parameters (SPEC 1.1; the trace is
+# [rows, 8]). Keyed by argument position of (logits, lengths, out, trace, stream).
+_SHAPE_EXPR = [("rows", "width"), ("rows",), ("rows", "K_"), ("rows", "8")]
+_STRIDE_EXPR = [("row_stride", "1"), ("1",), ("K_", "1"), ("8", "1")]
+_DATA_EXPR = ["logits", "lengths", "out", "trace_buf"]
+
+
+def variant_c(row: dict, header: dict, modes) -> str:
+    """The static launch / occupancy functions of one variant."""
+    p = row["name"]
+    k, cluster, vectors, block_mode, trace = row["variant"]
+    params = header["params"]
+    if params[0][0] != f"{p}_Kernel_Module_t*":
+        raise ValueError(f"{p}.h: the wrapper's first parameter is {params[0]}, expected the module")
+    if params[-1][0] != "cudaStream_t":
+        raise ValueError(f"{p}.h: the wrapper's last parameter is {params[-1]}, expected the stream")
+    tensor_params = params[1:-1]
+    tensor_modes = [m for m in modes if m is not None]
+    if len(tensor_params) != len(tensor_modes) or len(tensor_params) != 4:
+        raise ValueError(f"{p}.h: wrapper takes {tensor_params}; fake_arguments has {len(tensor_modes)} tensors")
+    lines = [f"static {p}_Kernel_Module_t m_{p};", f"static int loaded_{p};",
+             f"static int load_{p}(void) {{",
+             f"    if (__atomic_load_n(&loaded_{p}, __ATOMIC_ACQUIRE)) return 0;",
+             "    int err = devices_ok(); if (err) return err;",
+             "    pthread_mutex_lock(&dtk_lock);",
+             f"    if (!loaded_{p}) {{",
+             f"        {p}_Kernel_Module_Load(&m_{p});",
+             f"        if (m_{p}.module != NULL) __atomic_store_n(&loaded_{p}, 1, __ATOMIC_RELEASE);",
+             "    }",
+             "    pthread_mutex_unlock(&dtk_lock);",
+             f"    return loaded_{p} ? 0 : DTK_LOAD_FAILED;",
+             "}",
+             f"static int launch_{p}(void* logits, int rows, int width, long long row_stride, void* lengths,",
+             "                     void* out, void* trace_buf, void* stream) {",
+             f"    const int K_ = {k}; (void)K_;",
+             f"    int err = load_{p}(); if (err) return err;"]
+    call = [f"&m_{p}"]
+    for i, ((ctype, pname), (dyn_shape, dyn_stride)) in enumerate(zip(tensor_params, tensor_modes)):
+        stype = ctype.rstrip("*")
+        fields = header["structs"].get(stype)
+        if fields is None:
+            raise ValueError(f"{p}.h: no struct {stype}")
+        var = f"a_{pname}"
+        lines.append(f"    {stype} {var}; memset(&{var}, 0, sizeof {var});")
+        for ftype, fname, count in fields:
+            if fname == "data" and count is None:
+                lines.append(f"    {var}.data = {_DATA_EXPR[i]};")
+            elif fname == "dynamic_shapes":
+                if count != len(dyn_shape):
+                    raise ValueError(f"{p}.h: {stype}.dynamic_shapes[{count}], fake tensor has dynamic "
+                                     f"shape modes {dyn_shape}")
+                for j, mode in enumerate(dyn_shape):
+                    lines.append(f"    {var}.dynamic_shapes[{j}] = ({ftype})({_SHAPE_EXPR[i][mode]});")
+            elif fname == "dynamic_strides":
+                if count != len(dyn_stride):
+                    raise ValueError(f"{p}.h: {stype}.dynamic_strides[{count}], fake tensor has dynamic "
+                                     f"stride modes {dyn_stride}")
+                for j, mode in enumerate(dyn_stride):
+                    lines.append(f"    {var}.dynamic_strides[{j}] = ({ftype})({_STRIDE_EXPR[i][mode]});")
+            else:
+                raise ValueError(f"{p}.h: unexpected field {ftype} {fname} in {stype}")
+        declared = {f[1] for f in fields}
+        if dyn_shape and "dynamic_shapes" not in declared or dyn_stride and "dynamic_strides" not in declared:
+            raise ValueError(f"{p}.h: {stype} lacks a dynamic mode of the fake tensor")
+        call.append(f"&{var}")
+    call.append("(cudaStream_t)stream")
+    lines.append(f"    return (int)cute_dsl_{p}_wrapper({', '.join(call)});")
+    lines.append("}")
+    kernel = row["kernels"][0] if row.get("kernels") else None
+    smem = row.get("smem")
+    threads = row["block"][0]
+    lines.append(f"static int occupancy_{p}(int* n) {{")
+    if kernel is None or smem is None or threads is None:
+        lines.append("    (void)n; return DTK_NO_SMEM;")
+    else:
+        lines += [f"    int err = load_{p}(); if (err) return err;",
+                  "    cudaKernel_t kern;",
+                  f"    cudaError_t e = cudaLibraryGetKernel(&kern, m_{p}.module, \"{kernel}\");",
+                  "    if (e != cudaSuccess) return (int)e;",
+                  f"    return occupancy(kern, {cluster}, {threads}, {smem}, n);"]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+SHIM_HEAD = r"""// Generated by kernel/aot.py -- do not edit.
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <cuda_runtime.h>
+%(includes)s
+
+#define DTK_NO_VARIANT (%(no_variant)d)
+#define DTK_NO_SMEM (%(no_smem)d)
+#define DTK_LOAD_FAILED (%(load_failed)d)
+#define DTK_EXPORT __attribute__((visibility("default")))
+
+static pthread_mutex_t dtk_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// <name>_Kernel_Module_Load ignores a failing cudaGetDeviceCount and then loops over an
+// uninitialised count, so check the devices first.
+static int devices_ok(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) return (int)e;
+    return n > 0 ? 0 : (int)cudaErrorNoDevice;
+}
+
+static int occupancy(cudaKernel_t kern, int cluster, int threads, size_t smem, int* n) {
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr;
+    memset(&cfg, 0, sizeof cfg);
+    memset(&attr, 0, sizeof attr);
+    cfg.gridDim.x = cluster; cfg.gridDim.y = 1; cfg.gridDim.z = 1;
+    cfg.blockDim.x = threads; cfg.blockDim.y = 1; cfg.blockDim.z = 1;
+    cfg.dynamicSmemBytes = smem;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = cluster; attr.val.clusterDim.y = 1; attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    if (cluster > 8) {  // Module_Load sets it already (cu_attrs); idempotent
+        cudaError_t e = cudaFuncSetAttribute((const void*)kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        if (e != cudaSuccess) return (int)e;
+    }
+    return (int)cudaOccupancyMaxActiveClusters(n, (const void*)kern, &cfg);
+}
+"""
+
+SHIM_TAIL = r"""
+typedef struct {
+    int k, cluster, vectors, block_mode, trace, threads, smem;
+    int (*launch)(void*, int, int, long long, void*, void*, void*, void*);
+    int (*occupancy)(int*);
+} dtk_variant_t;
+
+static const dtk_variant_t dtk_variants[] = {
+%(table)s
+};
+#define DTK_NVARIANTS ((int)(sizeof dtk_variants / sizeof dtk_variants[0]))
+
+static const dtk_variant_t* find(int k, int cluster, int vectors, int block_mode, int trace) {
+    for (int i = 0; i < DTK_NVARIANTS; i++) {
+        const dtk_variant_t* v = &dtk_variants[i];
+        if (v->k == k && v->cluster == cluster && v->vectors == vectors &&
+            v->block_mode == (block_mode != 0) && v->trace == (trace != 0))
+            return v;
+    }
+    return NULL;
+}
+
+DTK_EXPORT int dtk_launch(int k, int cluster, int vectors, int block_mode, int trace,
+                          void* logits, int rows, int width, long long row_stride,
+                          void* lengths, void* out, void* trace_buf, void* stream) {
+    const dtk_variant_t* v = find(k, cluster, vectors, block_mode, trace);
+    if (v == NULL) return DTK_NO_VARIANT;
+    return v->launch(logits, rows, width, row_stride, lengths, out, trace_buf, stream);
+}
+
+DTK_EXPORT int dtk_max_active_clusters(int k, int cluster, int vectors, int block_mode, int trace,
+                                       int* n) {
+    const dtk_variant_t* v = find(k, cluster, vectors, block_mode, trace);
+    if (v == NULL) return DTK_NO_VARIANT;
+    return v->occupancy(n);
+}
+
+DTK_EXPORT int dtk_variant_count(void) { return DTK_NVARIANTS; }
+
+DTK_EXPORT int dtk_set_device(int device) { return (int)cudaSetDevice(device); }
+
+DTK_EXPORT int dtk_variant(int i, int* k, int* cluster, int* vectors, int* block_mode, int* trace,
+                           int* threads, int* smem) {
+    if (i < 0 || i >= DTK_NVARIANTS) return DTK_NO_VARIANT;
+    const dtk_variant_t* v = &dtk_variants[i];
+    *k = v->k; *cluster = v->cluster; *vectors = v->vectors; *block_mode = v->block_mode;
+    *trace = v->trace; *threads = v->threads; *smem = v->smem;
+    return 0;
+}
+
+DTK_EXPORT const char* dtk_kernel_source_sha256(void) { return "%(sha)s"; }
+DTK_EXPORT const char* dtk_arch(void) { return "%(arch)s"; }
+
+DTK_EXPORT const char* dtk_error_name(int code) {
+    if (code == DTK_NO_VARIANT) return "DTK_NO_VARIANT";
+    if (code == DTK_NO_SMEM) return "DTK_NO_SMEM";
+    if (code == DTK_LOAD_FAILED) return "DTK_LOAD_FAILED";
+    return cudaGetErrorName((cudaError_t)code);
+}
+"""
+
+
+def generate_shim(rows, headers, modes_by_k, sha, arch) -> str:
+    includes = "\n".join(f'#include "obj/{r["name"]}.h"' for r in rows)
+    parts = [SHIM_HEAD % {"includes": includes, "no_variant": DTK_NO_VARIANT, "no_smem": DTK_NO_SMEM,
+                          "load_failed": DTK_LOAD_FAILED}]
+    table = []
+    for r in rows:
+        parts.append(variant_c(r, headers[r["name"]], modes_by_k[r["variant"][0]]))
+        k, c, v, b, t = r["variant"]
+        smem = r["smem"] if r["smem"] is not None else -1
+        table.append(f"    {{{k}, {c}, {v}, {int(b)}, {int(t)}, {r['block'][0] or -1}, {smem}, "
+                     f"launch_{r['name']}, occupancy_{r['name']}}},")
+    parts.append(SHIM_TAIL % {"table": "\n".join(table), "sha": sha, "arch": arch})
+    return "\n\n".join(parts)
+
+
+def run(cmd, cwd=None):
+    print("+ " + " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
+    subprocess.run([str(c) for c in cmd], cwd=cwd, check=True)
+
+
+def build(arch="sm_90a", out=".aot", jobs=2, module_spec=resources.KERNEL_MODULE, variants=None,
+          work=None) -> dict:
+    """Build out/libdecode_topk.so and out/MANIFEST.json. The exported objects, headers
+    and the shim go to work (default <out>/../build/aot_<arch>, i.e. build/aot_sm_90a for
+    .aot), so that out holds only what the GPU machine needs."""
+    t_start = time.perf_counter()
+    out = Path(out).resolve()
+    work = Path(work).resolve() if work else out.parent / "build" / f"aot_{arch}"
+    obj = work / "obj"
+    if obj.exists():
+        shutil.rmtree(obj)
+    obj.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in (out / LIBRARY, out / MANIFEST, work / "shim.c", work / "shim.o"):
+        stale.unlink(missing_ok=True)
+    module = resources.load_kernel_module(module_spec)
+    src = resources.kernel_source(module_spec)
+    sha = source_sha256(src)
+    if variants is None:
+        variants = [(k, c, v, bool(b), t) for (k, c, v, b) in module.variants() for t in (False, True)]
+    modes_by_k = {k: fake_modes(module, k) for k in sorted({v[0] for v in variants})}
+    print(f"compiling {len(variants)} variants for {arch} with {jobs} jobs", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    rows = resources.compile_all(variants, arch, module_spec, jobs, export_dir=obj)
+    t_compile = time.perf_counter() - t0
+    errors = [r for r in rows if r.get("error")]
+    if errors:
+        for r in errors:
+            print(f"{r['name']}: {r['error']}\n{r.get('log', '')}", file=sys.stderr)
+        raise RuntimeError(f"{len(errors)} variants failed to compile")
+    wrong_arch = [r["name"] for r in rows if not r["cubin_arch_ok"]]
+    if wrong_arch:
+        raise RuntimeError(f"cubins not built for {arch}: {wrong_arch}")
+    headers = {}
+    for r in rows:
+        h = (obj / f"{r['name']}.h").read_text()
+        headers[r["name"]] = parse_header(h, r["name"])
+        if f"-arch {arch}".encode() not in (obj / f"{r['name']}.o").read_bytes():
+            raise RuntimeError(f"{r['name']}.o does not embed a cubin for {arch}")
+    (work / "shim.c").write_text(generate_shim(rows, headers, modes_by_k, sha, arch))
+    t1 = time.perf_counter()
+    run(["gcc", "-O2", "-fPIC", "-fvisibility=hidden", f"-I{CUDA_HOME / 'include'}", f"-I{work}", "-c",
+         work / "shim.c", "-o", work / "shim.o"])
+    objects = sorted(obj.glob("*.o"))
+    run(["g++", "-shared", "-Wl,--exclude-libs,ALL", "-o", out / LIBRARY, work / "shim.o", *objects,
+         dsl_runtime_archive(), CUDA_HOME / "lib64" / "libcudart_static.a", "-ldl", "-lpthread", "-lrt"])
+    run(["strip", "--strip-unneeded", out / LIBRARY])
+    t_link = time.perf_counter() - t1
+    size = (out / LIBRARY).stat().st_size
+    manifest = {
+        "library": LIBRARY, "arch": arch,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "kernel_source": str(src.relative_to(Path.cwd())) if src.is_relative_to(Path.cwd()) else str(src),
+        "kernel_source_sha256": sha, "module": module_spec, "library_bytes": size, "work": str(work),
+        "compile_seconds": round(t_compile, 1), "link_seconds": round(t_link, 1),
+        "total_seconds": round(time.perf_counter() - t_start, 1), "jobs": jobs,
+        "variants": [{key: r[key] for key in ("name", "variant", "kernels", "regs", "frame", "stack_frame",
+                                              "spill_stores", "spill_loads", "local_bytes", "smem", "block",
+                                              "compile_s", "cubin_bytes")} for r in rows],
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Build .aot/libdecode_topk.so from every DecodeTopK variant.")
+    ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--out", default=".aot")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--work", default=None, help="objects, headers and shim (default build/aot_<arch>)")
+    ap.add_argument("--module", default=resources.KERNEL_MODULE,
+                    help="kernel module (dotted) or a .py stand-in with the same API")
+    args = ap.parse_args(argv)
+    m = build(args.arch, args.out, args.jobs, args.module, work=args.work)
+    print(resources.format_table([dict(r, arch=m["arch"], cubin_arch_ok=True) for r in m["variants"]]))
+    print(f"\n{len(m['variants'])} variants for {m['arch']}: compile {m['compile_seconds']} s, "
+          f"link {m['link_seconds']} s, total {m['total_seconds']} s; "
+          f"{Path(args.out) / LIBRARY}: {m['library_bytes'] / 2**20:.2f} MiB; "
+          f"kernel sha256 {m['kernel_source_sha256'][:12]}")
+    local = [f"{v['name']} ({v['local_bytes']} B)" for v in m["variants"] if v["local_bytes"]]
+    if local:
+        print("WARNING: local memory (spills / stack frame) in " + ", ".join(local))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The AOT library on a GPU: the conformance suite through 'aot' at the ci level, and hand
+checks of kernel/aot_loader.py. Skips without torch, a CUDA device or the library
+(`python -m kernel.aot` builds it; carry `.aot` to the GPU machine). A stale library
+(built from another kernel source) fails, on purpose.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernel import aot_loader  # noqa: E402
+from reference import policy  # noqa: E402
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+    pytest.mark.skipif(not aot_loader.available(), reason=f"{aot_loader.library_path()} not built"),
+]
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+
+
+def _rows(rng, rows, width, short=False):
+    bits = rng.integers(0, 1 << 16, size=(rows, width), dtype=np.uint16)
+    lengths = rng.integers(0, 600 if short else width + 1, size=rows).astype(np.int32)
+    return bits, lengths
+
+
+def test_library_matches_kernel_source():
+    info = aot_loader.library_info()
+    assert info["variants"], "empty library"
+    have = {(v["k"], v["cluster"], v["vectors"], v["block_mode"], v["trace"]) for v in info["variants"]}
+    want = {(k, c, v, b, t) for k in policy.KS for c, v in policy.BUILDS for b in (False, True)
+            for t in (False, True)}
+    assert have == want
+
+
+@pytest.mark.parametrize("every_build", [False, True], ids=["policy-build", "every-build"])
+def test_conformance_suite_ci(every_build):
+    """`python -m conformance --impl aot --level ci [--build all]`: outputs against the
+    contract, traces against the model on the build that ran."""
+    from conformance.suite import run_suite
+    from reference.model import all_builds
+
+    result = run_suite("aot", "ci", stream=sys.stdout, builds=all_builds() if every_build else None)
+    assert result.ok, f"{result.violation_count} violations"
+
+
+@pytest.mark.parametrize("block_mode", [False, True])
+@pytest.mark.parametrize("build", list(policy.BUILDS))
+def test_trace_matches_model_every_build(build, block_mode):
+    from conformance.checker import check
+    from reference.model import simulate
+
+    rng = np.random.default_rng(7)
+    width = 40960 if build != (16, 16) else 73728  # long enough for the sampled path
+    bits, lengths = _rows(rng, 6, width)
+    lengths[:3] = (width, width - 1, 32769)
+    for k in policy.KS:
+        out, trace, used = aot_loader.run_numpy(bits, lengths, k, block_mode, build=build, trace=True)
+        assert used[0] == build[0] and used[2] == build[1]
+        m_out, m_trace = simulate(bits, lengths, k, block_mode, cluster=build[0], vectors=build[1])
+        np.testing.assert_array_equal(trace, m_trace, err_msg=f"k={k} build={build} block={block_mode}")
+        assert check(bits, lengths, k, block_mode, out) == []
+
+
+def test_short_rows_and_poison_overwritten():
+    rng = np.random.default_rng(1)
+    bits, lengths = _rows(rng, 16, 4096, short=True)
+    for k in policy.KS:
+        for block_mode in (False, True):
+            out, trace, _ = aot_loader.run_numpy(bits, lengths, k, block_mode, trace=True)
+            assert not (out == np.int32(aot_loader.POISON)).any()
+            assert not (trace == np.int32(aot_loader.POISON)).any()
+            n = lengths if not block_mode else (lengths + 7) // 8
+            for r in range(bits.shape[0]):
+                if n[r] <= k:
+                    assert (out[r, n[r]:] == -1).all()
+
+
+def test_garbage_past_length_is_ignored():
+    """Two batches equal before each length and different (NaN, garbage) after: both
+    outputs satisfy the contract, and the traces are equal."""
+    from conformance.checker import check
+
+    rng = np.random.default_rng(2)
+    width = 65536
+    bits, lengths = _rows(rng, 8, width)
+    other = bits.copy()
+    pos = np.arange(width)[None, :]
+    past = pos >= lengths[:, None]
+    other[past] = np.uint16(0x7FC0)
+    bits[past] = rng.integers(0, 1 << 16, size=int(past.sum()), dtype=np.uint16)
+    for block_mode in (False, True):
+        a_out, a_trace, _ = aot_loader.run_numpy(bits, lengths, 2048, block_mode, trace=True)
+        b_out, b_trace, _ = aot_loader.run_numpy(other, lengths, 2048, block_mode, trace=True)
+        assert check(bits, lengths, 2048, block_mode, a_out) == []
+        assert check(other, lengths, 2048, block_mode, b_out) == []
+        np.testing.assert_array_equal(a_trace, b_trace)
+
+
+def test_padded_rows_side_stream_and_empty():
+    from conformance.checker import check
+
+    rng = np.random.default_rng(3)
+    bits, lengths = _rows(rng, 5, 40000)
+    big = torch.zeros((5, 40960), dtype=torch.int16, device="cuda")
+    big[:, :40000] = torch.from_numpy(bits.view(np.int16)).cuda()
+    logits = big.view(torch.bfloat16)[:, :40000]  # row stride 40960 > width
+    lens = torch.from_numpy(lengths).cuda()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        out = aot_loader.decode_topk_aot(logits, lens, 512)
+    s.synchronize()
+    assert check(bits, lengths, 512, False, out.cpu().numpy()) == []
+    empty = aot_loader.decode_topk_aot(logits[:0], lens[:0], 512)
+    assert tuple(empty.shape) == (0, 512)
+
+
+def test_validation_errors_name_the_value():
+    logits = torch.zeros((4, 4096), dtype=torch.bfloat16, device="cuda")
+    lens = torch.full((4,), 4096, dtype=torch.int32, device="cuda")
+    f = aot_loader.decode_topk_aot
+    with pytest.raises(ValueError, match="k = 7"):
+        f(logits, lens, 7)
+    with pytest.raises(ValueError, match="bfloat16"):
+        f(logits.float(), lens, 512)
+    with pytest.raises(ValueError, match="CUDA"):
+        f(logits.cpu(), lens, 512)
+    with pytest.raises(ValueError, match="int32"):
+        f(logits, lens.long(), 512)
+    with pytest.raises(ValueError, match=r"shape \(4,\)"):
+        f(logits, lens[:3], 512)
+    with pytest.raises(ValueError, match="row stride"):
+        f(torch.zeros((4, 4100), dtype=torch.bfloat16, device="cuda")[:, :4096], lens, 512)
+    with pytest.raises(ValueError, match="aligned"):
+        f(torch.zeros((4, 4104), dtype=torch.bfloat16, device="cuda")[:, 1:4097], lens, 512)
+    with pytest.raises(ValueError, match="inner stride"):
+        f(torch.zeros((4096, 4), dtype=torch.bfloat16, device="cuda").t(), lens, 512)
+    with pytest.raises(ValueError, match="out must have shape"):
+        f(logits, lens, 512, out=torch.empty((4, 1024), dtype=torch.int32, device="cuda"))
+    with pytest.raises(ValueError, match="build"):
+        f(logits, lens, 512, build=(2, 8))
+    with pytest.raises(ValueError, match="width"):
+        f(torch.zeros((1, 1048584), dtype=torch.bfloat16, device="cuda"), lens[:1], 512)
+
+
+def test_occupancy_query():
+    for cluster, vectors in policy.BUILDS:
+        n = aot_loader.max_active_clusters(2048, cluster, vectors, False, False)
+        assert n is None or n > 0

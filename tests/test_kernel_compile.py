@@ -1,0 +1,92 @@
+"""Every DecodeTopK variant compiles for sm_90a and sm_100a without local memory.
+
+CPU only (no GPU): compiles every (k, build, mode) with the trace off, plus one variant
+with the trace on, for each architecture, in worker processes (kernel/resources.py; the
+DSL reads CUTE_DSL_ARCH once per process). For each it reads the registers and local
+memory from the cubin's .nv.info and the ptxas report, and the launch's dynamic shared
+memory from the host IR, prints the table (pytest -s) and writes it to
+build/kernel_resources.{md,json}.
+
+Fails on: a compile error, any spill or stack frame (local memory), a cubin for the wrong
+architecture, shared memory over the opt-in limit, or a launch whose block size is not
+the build's threads.
+
+Time: about 5-15 s a token-mode variant and 5-10 s a block-mode one per core; the whole
+module takes a few minutes on 2 cores. DTK_COMPILE_JOBS sets the worker count (default:
+the CPU count, at most 4).
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
+
+from kernel import resources  # noqa: E402
+from reference import policy  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+ARCHS = ("sm_90a", "sm_100a")
+SMEM_OPTIN_LIMIT = 232448  # bytes a block may opt in to on sm_90a and sm_100a (227 KB)
+JOBS = int(os.environ.get("DTK_COMPILE_JOBS", min(4, os.cpu_count() or 1)))
+OUT_DIR = Path(__file__).resolve().parent.parent / "build"
+TRACED = (2048, 8, 8, False, True)  # the one variant also compiled with the trace on
+
+
+@pytest.fixture(scope="module")
+def table():
+    variants = resources.all_variants(trace=(False,)) + [TRACED]
+    rows, seconds = [], {}
+    for arch in ARCHS:
+        t0 = time.perf_counter()
+        rows += resources.compile_all(variants, arch, jobs=JOBS, progress=False)
+        seconds[arch] = time.perf_counter() - t0
+    text = resources.format_table(rows)
+    total = sum(seconds.values())
+    summary = (f"{len(rows)} compiles ({len(variants)} variants x {len(ARCHS)} archs) in {total:.0f} s wall "
+               f"with {JOBS} jobs; " + ", ".join(f"{a}: {s:.0f} s" for a, s in seconds.items()))
+    OUT_DIR.mkdir(exist_ok=True)
+    (OUT_DIR / "kernel_resources.md").write_text(text + "\n\n" + summary + "\n")
+    (OUT_DIR / "kernel_resources.json").write_text(json.dumps(rows, indent=1))
+    print("\n" + text + "\n\n" + summary)
+    return rows
+
+
+def _bad(rows, predicate):
+    return [f"{r['name']}@{r['arch']}" for r in rows if predicate(r)]
+
+
+def test_every_variant_compiles(table):
+    errors = [f"{r['name']}@{r['arch']}: {r['error']}\n{r.get('log', '')[-2000:]}" for r in table if r.get("error")]
+    assert not errors, "\n\n".join(errors)
+    want = {(k, c, v, b) for (k, c, v, b) in resources.load_kernel_module(resources.KERNEL_MODULE).variants()}
+    assert want == {(k, c, v, b) for k in policy.KS for c, v in policy.BUILDS for b in (False, True)}
+
+
+def test_no_local_memory(table):
+    ok = [r for r in table if not r.get("error")]
+    assert all(r["regs"] is not None for r in ok), _bad(ok, lambda r: r["regs"] is None)
+    assert all(r["spill_stores"] is not None for r in ok), "no ptxas report: " + str(
+        _bad(ok, lambda r: r["spill_stores"] is None))
+    spilled = [f"{r['name']}@{r['arch']}: frame {r['frame']} B, stack {r['stack_frame']} B, "
+               f"spill stores {r['spill_stores']} B, loads {r['spill_loads']} B" for r in ok if r["local_bytes"]]
+    assert not spilled, "local memory:\n" + "\n".join(spilled)
+
+
+def test_cubins_are_for_the_requested_arch(table):
+    assert not _bad(table, lambda r: not r.get("error") and not r["cubin_arch_ok"])
+
+
+def test_launch_shape(table):
+    for r in table:
+        if r.get("error"):
+            continue
+        k, cluster, vectors, block_mode, trace = r["variant"]
+        assert r["block"][0] == policy.threads_for(cluster), r["name"]
+        assert r["smem"] is not None, f"{r['name']}: dynamic smem is not a compile-time constant"
+        assert 0 <= r["smem"] <= SMEM_OPTIN_LIMIT, f"{r['name']}@{r['arch']}: smem {r['smem']} B"
+        assert r["regs"] * r["block"][0] <= 65536, f"{r['name']}@{r['arch']}: {r['regs']} registers"

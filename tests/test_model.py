@@ -1,0 +1,157 @@
+"""The cluster model (reference/model.py): conforms on every build, takes SPEC.md's paths,
+produces the trace conformance/trace.py prescribes, and validates its inputs."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance.checker import check
+from conformance.trace import expected_trace, trace_invariants
+from reference import bf16_bits_from_float32, policy
+from reference.model import MUTANTS, all_builds, build_name, parse_build, resolve_build, simulate
+
+BUILDS = all_builds()
+SPECIALS = np.array([0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81, 0x7FFF, 0x3F80], np.uint16)
+# Widths around the path thresholds: one vector a thread at C T = 4096 (32768 logits) and
+# 8192 (65536), so that every build sees short, direct and sampled rows.
+WIDTHS = (8, 600, 4104, 17000, 32768, 32776, 40000, 65536, 65544, 90000)
+
+
+def _fits(width, build):
+    return width <= policy.capacity(build[0], build[2])
+
+
+@st.composite
+def batches(draw):
+    """1-3 rows of one width; values random bits, a quantized normal (ties) or a small pool,
+    with specials; lengths anywhere in [0, width], often the whole width."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    width = draw(st.sampled_from(WIDTHS))
+    rows = draw(st.integers(1, 3))
+    kind = draw(st.sampled_from(("bits", "normal", "pool")))
+    if kind == "bits":
+        logits = rng.integers(0, 1 << 16, size=(rows, width), dtype=np.uint16)
+    elif kind == "normal":
+        step = draw(st.sampled_from((1.0, 8.0, 64.0)))
+        logits = bf16_bits_from_float32(np.round(rng.standard_normal((rows, width)) * step) / step)
+    else:
+        pool = rng.integers(0, 1 << 16, size=draw(st.integers(1, 40)), dtype=np.uint16)
+        logits = rng.choice(pool, size=(rows, width))
+    if draw(st.booleans()):
+        hit = rng.random((rows, width)) < 0.01
+        logits[hit] = rng.choice(SPECIALS, size=int(hit.sum()))
+    lengths = np.array([draw(st.one_of(st.just(width), st.integers(0, width))) for _ in range(rows)], np.int32)
+    return logits.astype(np.uint16), lengths
+
+
+@settings(max_examples=25, deadline=None)
+@given(batches(), st.sampled_from(policy.KS), st.booleans())
+def test_model_conforms_on_every_build(batch, k, block_mode):
+    logits, lengths = batch
+    for build in BUILDS:
+        if not _fits(logits.shape[1], build):
+            continue
+        out, trace = simulate(logits, lengths, k, block_mode, cluster=build[0], vectors=build[2])
+        assert out.dtype == np.int32 and out.shape == (logits.shape[0], k)
+        assert trace.dtype == np.int32 and trace.shape == (logits.shape[0], 8)
+        assert check(logits, lengths, k, block_mode, out) == [], build
+        assert trace_invariants(logits, lengths, k, block_mode, trace, build) == [], build
+
+
+def _row(width, length, seed=0):
+    rng = np.random.default_rng(seed)
+    logits = rng.integers(0, 0x7F00, size=(1, width), dtype=np.uint16)
+    return logits, np.array([length], np.int32)
+
+
+@pytest.mark.parametrize("build", BUILDS, ids=build_name)
+def test_paths_follow_spec(build):
+    cluster, threads, vectors = build
+    one_vector_a_thread = 8 * cluster * threads  # nv = C T
+    k = 512
+    cases = [
+        (False, 0, 0), (False, k, 0), (False, k + 1, 2), (True, 8 * k, 0), (True, 8 * k + 1, 2),
+        (False, one_vector_a_thread, 2), (False, one_vector_a_thread + 1, 1),
+        (True, one_vector_a_thread + 1, 2),
+    ]
+    for block_mode, length, path in cases:
+        logits, lengths = _row(max(length, 8), length)
+        _, trace = simulate(logits, lengths, k, block_mode, cluster=cluster, vectors=vectors)
+        got = int(trace[0, 0]) if trace[0, 1] == 0 else 1  # a fallback row attempted sampling
+        assert got == path, (block_mode, length, trace[0].tolist())
+        assert trace_invariants(logits, lengths, k, block_mode, trace, build) == []
+
+
+def test_short_rows_trace_and_output():
+    logits, lengths = _row(64, 40)
+    out, trace = simulate(logits, lengths, 512, False)
+    assert trace[0].tolist() == [0, 0, -1, -1, -1, -1, -1, -1]
+    assert out[0, :40].tolist() == list(range(40)) and (out[0, 40:] == -1).all()
+
+
+def test_sampled_trace_fields():
+    rng = np.random.default_rng(3)
+    logits = rng.integers(0x3000, 0x4000, size=(2, 131072), dtype=np.uint16)
+    lengths = np.array([131072, 100001], np.int32)
+    for build in BUILDS:
+        _, trace = simulate(logits, lengths, 1024, False, cluster=build[0], vectors=build[2])
+        assert (trace[:, 0] == 1).all(), trace
+        assert trace[0, 2] == (6144 * 1024 + 131071) // 131072
+        assert np.array_equal(trace, expected_trace(logits, lengths, 1024, False, build))
+
+
+def test_policy_chooses_the_build():
+    rng = np.random.default_rng(4)
+    logits = rng.integers(0, 0x7F00, size=(3, 40000), dtype=np.uint16)
+    lengths = np.array([40000, 39999, 33000], np.int32)
+    for resident, build in ((lambda c, v: 3, (8, 512, 8)), (lambda c, v: 2, (4, 1024, 8))):
+        assert resolve_build(3, 40000, resident=resident) == build
+        got = simulate(logits, lengths, 512, False, resident=resident)
+        want = simulate(logits, lengths, 512, False, cluster=build[0], vectors=build[2])
+        assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    assert resolve_build(3, 300000) == (8, 512, 16)
+    assert resolve_build(3, 600000) == (16, 512, 16)
+    with pytest.raises(ValueError, match="rows"):
+        resolve_build(5, 600000, resident=lambda c, v: 2)
+
+
+def test_build_validation():
+    logits, lengths = _row(64, 64)
+    with pytest.raises(ValueError, match="cluster=2"):
+        simulate(logits, lengths, 512, cluster=2, vectors=8)
+    with pytest.raises(ValueError, match="vectors=16"):
+        simulate(logits, lengths, 512, cluster=4, vectors=16)
+    with pytest.raises(ValueError, match="threads = 1024"):
+        simulate(logits, lengths, 512, cluster=8, threads=1024, vectors=8)
+    with pytest.raises(ValueError, match="cluster and vectors"):
+        simulate(logits, lengths, 512, threads=512)
+    wide = np.zeros((1, 262152), np.uint16)
+    with pytest.raises(ValueError, match="262152"):
+        simulate(wide, np.array([10], np.int32), 512, cluster=8, vectors=8)
+    with pytest.raises(ValueError, match="1048584"):
+        simulate(np.zeros((1, 1048584), np.uint16), np.array([1], np.int32), 512)
+    assert parse_build("16x512x16") == (16, 512, 16)
+    with pytest.raises(ValueError):
+        parse_build("4x512x8")
+
+
+def test_input_validation():
+    logits, lengths = _row(64, 64)
+    with pytest.raises(ValueError, match="k = 100"):
+        simulate(logits, lengths, 100)
+    with pytest.raises(ValueError, match="lengths"):
+        simulate(logits, np.array([65], np.int32), 512)
+    with pytest.raises(ValueError, match="uint16"):
+        simulate(logits.astype(np.int32), lengths, 512)
+    with pytest.raises(ValueError, match="2-D"):
+        simulate(logits[0], lengths, 512)
+    out, trace = simulate(np.zeros((0, 16), np.uint16), np.zeros(0, np.int32), 2048)
+    assert out.shape == (0, 2048) and trace.shape == (0, 8)
+
+
+def test_mutant_table():
+    assert len(MUTANTS) >= 40
+    ids = [number for number, _ in MUTANTS.values()]
+    assert sorted(ids) == list(range(1, len(ids) + 1))
+    assert all(doc for _, doc in MUTANTS.values())

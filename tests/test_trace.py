@@ -1,0 +1,81 @@
+"""Trace checks (conformance/trace.py): they accept the model's traces and catch wrong ones;
+the algorithm cases take their intended paths in every build."""
+
+import numpy as np
+import pytest
+
+from conformance import algorithm_cases as A
+from conformance.cases import cases
+from conformance.trace import FIELDS, compare_traces, coverage, expected_trace, trace_invariants
+from reference.model import all_builds, build_name, simulate
+
+BUILDS = all_builds()
+
+
+@pytest.fixture(scope="module")
+def sampled_rows():
+    rng = np.random.default_rng(7)
+    logits = rng.integers(0x3000, 0x4000, size=(3, 65544), dtype=np.uint16)
+    lengths = np.array([65544, 40000, 300], np.int32)
+    out, trace = simulate(logits, lengths, 512, False, cluster=8, vectors=8)
+    return logits, lengths, trace
+
+
+def test_compare_traces_names_row_and_field(sampled_rows):
+    *_, trace = sampled_rows
+    assert compare_traces(trace, trace.copy()) == []
+    bad = trace.copy()
+    bad[1, 3] += 1
+    bad[2, 0] = 2
+    problems = compare_traces(trace, bad)
+    assert len(problems) == 2
+    assert "row 1 field cutoff" in problems[0] and "row 2 field path" in problems[1]
+    assert "shape" in compare_traces(trace, trace[:2])[0]
+
+
+@pytest.mark.parametrize("field", range(8), ids=FIELDS)
+def test_invariants_catch_each_field(sampled_rows, field):
+    logits, lengths, trace = sampled_rows
+    build = (8, 512, 8)
+    assert trace_invariants(logits, lengths, 512, False, trace, build) == []
+    assert trace_invariants(logits, lengths, 512, False, trace) == []
+    for row in range(3):
+        bad = trace.copy()
+        bad[row, field] += 1
+        assert trace_invariants(logits, lengths, 512, False, bad, build), (row, field)
+
+
+def test_invariants_without_build_still_check_the_row(sampled_rows):
+    logits, lengths, trace = sampled_rows
+    for field in (0, 2, 4, 6, 7):  # path, q, gt, kth, above are build-independent
+        bad = trace.copy()
+        bad[0, field] += 1
+        assert trace_invariants(logits, lengths, 512, False, bad), field
+    short = trace.copy()
+    short[2, 6] = 5
+    assert any("short row" in p for p in trace_invariants(logits, lengths, 512, False, short))
+    assert "shape" in trace_invariants(logits, lengths, 512, False, trace[:, :7])[0]
+    assert "dtype" in trace_invariants(logits, lengths, 512, False, trace.astype(np.int64))[0]
+
+
+def test_coverage_counts():
+    trace = np.array([[0, 0] + [-1] * 6, [1, 0, 1, 1, 1, 1, 1, 1], [2, 1, 1, 1, 1, 1, 1, 1],
+                      [2, 2, 1, 1, 1, 1, 1, 1], [2, 0] + [-1] * 4 + [1, 1]], np.int32)
+    assert coverage(trace) == {"path:short": 1, "path:sampled": 1, "path:direct": 3,
+                               "reason:overflow": 1, "reason:underflow": 1}
+
+
+@pytest.mark.parametrize("build", BUILDS, ids=build_name)
+def test_algorithm_cases_take_their_intended_paths(build):
+    catalogue = {c.name: c for c in cases("full")}
+    assert set(A.INTENTS) <= set(catalogue)
+    for name in A.INTENTS:
+        case = catalogue[name]
+        logits, lengths = case.generate()
+        if logits.shape[1] > build[0] * build[1] * build[2] * 8:
+            continue
+        for k in case.ks:
+            want = expected_trace(logits, lengths, k, False, build)
+            assert A.intent_problems(name, build, k, False, want) == [], (name, k)
+            _, trace = simulate(logits, lengths, k, False, cluster=build[0], vectors=build[2])
+            assert compare_traces(want, trace) == [], (name, k)
