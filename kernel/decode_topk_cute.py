@@ -1013,6 +1013,11 @@ def compile_decode_topk(k, cluster, vector_count, block_mode, trace=False, arch=
 def _resident(device: int, k: int, cluster: int, vectors: int, block_mode: bool) -> int:
     import cuda.bindings.runtime as cudart
 
+    # The driver calls below need a current context: make the device's primary one current.
+    (err,) = cudart.cudaSetDevice(device)
+    _cuda_check(err, "cudaSetDevice")
+    (err,) = cudart.cudaFree(0)
+    _cuda_check(err, "cudaFree(0)")
     topk = DecodeTopK(k, cluster, vectors, block_mode)
     compiled = compile_decode_topk(k, cluster, vectors, block_mode)
     name = next(iter(compiled.kernel_info))
