@@ -1,20 +1,15 @@
-"""tools/gpu_conformance.py and tools/torch_check.py exercised on the CPU, with the model
+"""conformance/gpu.py and conformance/gpu_check.py exercised on the CPU, with the model
 (reference.model.simulate) standing in for the AOT library, so that the one device call
 the GPU tool gets is not spent on a typo.
 """
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tools"))
-
-import torch_check as tc  # noqa: E402
+from conformance import gpu_check as tc  # noqa: E402
 from conformance.checker import check as np_check  # noqa: E402
 from reference import policy  # noqa: E402
 from reference.topk import decode_topk_reference  # noqa: E402
@@ -80,7 +75,7 @@ def _fake_library(monkeypatch, mutant=0):
 
 @pytest.mark.parametrize("mutant", [0, "gt_rank_collision"])
 def test_gpu_conformance_tool_on_cpu(monkeypatch, tmp_path, capsys, mutant):
-    import gpu_conformance as gc
+    from conformance import gpu as gc
 
     _fake_library(monkeypatch, mutant)
     monkeypatch.setattr(gc, "DEVICE", "cpu")

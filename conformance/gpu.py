@@ -1,10 +1,10 @@
 """GPU conformance of the AOT library in one device call (no DSL on the runner).
 
-    python tools/gpu_conformance.py [--out DIR] [--rows 100000] [--width 73728]
+    python -m conformance.gpu [--out DIR] [--rows 100000] [--width 73728]
                                     [--level full] [--budget 540] [--skip-batch] [--skip-suite]
 
 1. Library and device facts: arch, kernel hash, variants, resident clusters per build.
-2. The big batch: `--rows` rows x `--width` logits made on the GPU (tools/torch_check.py:
+2. The big batch: `--rows` rows x `--width` logits made on the GPU (conformance/gpu_check.py:
    random bits, indexer-like rho 0.9, few values, plateaus, mostly -inf, monotone,
    specials, needles; lengths at the boundaries, uniform and full; garbage and NaN past
    every length), every k x mode, on the policy's build and on every build forced; out
@@ -31,16 +31,14 @@ import time
 import traceback
 from pathlib import Path
 
+import numpy as np
+import torch
+
+from conformance import gpu_check as tc
+from kernel import aot_loader
+from reference import policy
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tools"))
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-import torch_check as tc  # noqa: E402
-from kernel import aot_loader  # noqa: E402
-from reference import policy  # noqa: E402
 
 POISON = aot_loader.POISON
 DEVICE = "cuda"  # tests run this tool on "cpu" with a stand-in for the library
