@@ -174,6 +174,22 @@ def _check_tensor(name, t):
         raise ValueError(f"{name} must be a CUDA tensor, got device {t.device}")
 
 
+def _check_int32_rows(name, tensor, rows, cols, device):
+    """Raise ValueError unless tensor is a contiguous, 16-byte aligned CUDA int32
+    [rows, cols] on device (the kernel writes it as such)."""
+    _check_tensor(name, tensor)
+    if tensor.dtype != torch.int32:
+        raise ValueError(f"{name} must be torch.int32, got {tensor.dtype}")
+    if tuple(tensor.shape) != (rows, cols):
+        raise ValueError(f"{name} must have shape {(rows, cols)}, got {tuple(tensor.shape)}")
+    if tensor.device != device:
+        raise ValueError(f"{name} is on {tensor.device}, logits on {device}")
+    if (rows > 1 and tensor.stride(0) != cols) or tensor.stride(1) != 1:
+        raise ValueError(f"{name} must be contiguous (strides ({cols}, 1)), got {tensor.stride()}")
+    if tensor.data_ptr() % 16:
+        raise ValueError(f"{name} base address must be 16-byte aligned, got {tensor.data_ptr():#x}")
+
+
 def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, build=None):
     """Indices of each row's k largest elements (SPEC.md part 1) via the AOT library.
 
@@ -221,32 +237,13 @@ def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, 
     if out is None:
         out = torch.empty((rows, k), dtype=torch.int32, device=device)
     else:
-        _check_tensor("out", out)
-        if out.dtype != torch.int32:
-            raise ValueError(f"out must be torch.int32, got {out.dtype}")
-        if tuple(out.shape) != (rows, k):
-            raise ValueError(f"out must have shape {(rows, k)}, got {tuple(out.shape)}")
-        if out.device != device:
-            raise ValueError(f"out is on {out.device}, logits on {device}")
-        if rows > 1 and out.stride(0) != k or out.stride(1) != 1:
-            raise ValueError(f"out must be contiguous (strides ({k}, 1)), got {out.stride()}")
-        if out.data_ptr() % 16:
-            raise ValueError(f"out base address must be 16-byte aligned, got {out.data_ptr():#x}")
+        _check_int32_rows("out", out, rows, k, device)
     want_trace = trace is not None and trace is not False
     trace_buf = None
     if trace is True:
         trace_buf = torch.empty((rows, TRACE_FIELDS), dtype=torch.int32, device=device)
     elif want_trace:
-        _check_tensor("trace", trace)
-        if trace.dtype != torch.int32 or tuple(trace.shape) != (rows, TRACE_FIELDS):
-            raise ValueError(f"trace must be torch.int32 of shape {(rows, TRACE_FIELDS)}, "
-                             f"got {trace.dtype} {tuple(trace.shape)}")
-        if trace.device != device:
-            raise ValueError(f"trace is on {trace.device}, logits on {device}")
-        if rows > 1 and trace.stride(0) != TRACE_FIELDS or trace.stride(1) != 1:
-            raise ValueError(f"trace must be contiguous, got strides {trace.stride()}")
-        if trace.data_ptr() % 16:
-            raise ValueError(f"trace base address must be 16-byte aligned, got {trace.data_ptr():#x}")
+        _check_int32_rows("trace", trace, rows, TRACE_FIELDS, device)
         trace_buf = trace
     if build is None:
         resident = resident_for(k, block_mode, want_trace, device)

@@ -265,6 +265,23 @@ def _scan2(tgt, teq, T, gbase, ebase, mutant):
 
 
 @njit(cache=True)
+def _reserve(pair_gt, pair_eq, gtc, eqc, mutant):
+    """One 64-bit cluster atomic add of (eqc << 32) | gtc on CTA 0's pair: returns the old
+    pair (this CTA's bases) and the new one."""
+    if mutant == RESERVE_SWAPPED:
+        base_gt, base_eq = pair_eq, pair_gt
+        pair_eq += gtc
+        pair_gt += eqc
+    else:
+        base_gt, base_eq = pair_gt, pair_eq
+        pair_gt += gtc
+        pair_eq += eqc
+    if mutant == RESERVE_NEW:
+        base_gt, base_eq = pair_gt, pair_eq
+    return base_gt, base_eq, pair_gt, pair_eq
+
+
+@njit(cache=True)
 def _write_cta(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, gbase, ebase,
                bg, be, eq_limit, to_out, out, A, k, skey, sidx, cap, block):
     """Visit the CTA's queued keys in each thread's order with their ranks; write them.
@@ -443,17 +460,7 @@ def _row(bits, length, k, block, C, T, V, mutant, out, tr,
                 eqc = min(eqc, k - 1)
             elif mutant != EQ_UNCAPPED:
                 eqc = min(eqc, k)
-            # One 64-bit atomic add of (eqc << 32) | gtc, returning the old pair.
-            if mutant == RESERVE_SWAPPED:
-                bg, be = pe, pg
-                pe += gtc
-                pg += eqc
-            else:
-                bg, be = pg, pe
-                pg += gtc
-                pe += eqc
-            if mutant == RESERVE_NEW:
-                bg, be = pg, pe
+            bg, be, pg, pe = _reserve(pg, pe, gtc, eqc, mutant)
             wild += _write_cta(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, gbase, ebase,
                                bg, be, eqc, False, out, 0, k, skey, sidx, cap, block)
 
@@ -589,16 +596,7 @@ def _row(bits, length, k, block, C, T, V, mutant, out, tr,
         qlen = _queue(top, start, end - start, T, V, K, mutant, queue)
         _count(ekey, ecnt, W, start, queue, qlen, T, K, mutant, tgt, teq)
         gtc, eqc = _scan2(tgt, teq, T, gbase, ebase, mutant)
-        if mutant == RESERVE_SWAPPED:
-            bg, be = de, dg
-            de += gtc
-            dg += eqc
-        else:
-            bg, be = dg, de
-            dg += gtc
-            de += eqc
-        if mutant == RESERVE_NEW:
-            bg, be = dg, de
+        bg, be, dg, de = _reserve(dg, de, gtc, eqc, mutant)
         wild += _write_cta(ekey, ecnt, W, start, queue, qlen, T, K, mutant, gbase, ebase,
                            bg, be, 0, True, out, A, k, skey, sidx, cap, block)
     return wild
