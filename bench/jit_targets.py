@@ -8,7 +8,7 @@ conformance.check first; times are medians of CUDA-graph replays over enough rot
 copies of the input (>= 200 MB) that L2 does not serve them, divided by the launches per
 replay. Writes $OUT/time.json and prints a table.
 """
-import os, sys, time, json, math
+import os, sys, json, math
 import numpy as np
 import torch
 sys.path.insert(0, os.getcwd())
@@ -67,7 +67,6 @@ def main():
         tr = trace.cpu().numpy()
         cluster, threads, vectors = m.build_for(rows, width, m.resident_clusters)
         compiled = m.compile_decode_topk(k, cluster, vectors, block, False)
-        stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
         args = [(from_dlpack(b, assumed_align=16).mark_layout_dynamic(leading_dim=1), from_dlpack(lengths, assumed_align=4),
                  from_dlpack(o, assumed_align=16), from_dlpack(trace, assumed_align=16)) for b, o in zip(bufs, outs)]
         def mk(a):

@@ -5,7 +5,7 @@
 Prints, per configuration, the median over rows of the cycles since kernel entry at each
 stamp (bench/NOTES.md keeps the history).
 """
-import os, sys, math
+import os, sys
 import numpy as np
 import torch
 sys.path.insert(0, os.getcwd())
