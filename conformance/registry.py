@@ -74,10 +74,18 @@ def _load_model():
     return decode_topk_model
 
 
+def _load_jit():
+    # The GPU kernel JIT-compiled through the DSL (kernel/jit_conformance.py); the same
+    # conventions as 'aot'.
+    from kernel.jit_conformance import JitImpl
+    return JitImpl()
+
+
 def _register_builtins():
     register("reference", _load_reference)
     register("model", _load_model)
     register("aot", _load_aot)
+    register("jit", _load_jit)
 
 
 _register_builtins()
