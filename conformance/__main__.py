@@ -40,7 +40,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         result = run_suite(args.impl, args.level, args.case, builds=_builds(args.build, args.impl))
-    except ValueError as exc:
+    except (ValueError, registry.Unavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0 if result.ok else 1

@@ -13,6 +13,11 @@ Extension point: the owners of the other implementations add their registration 
   or JIT-compiled, converting the bits to a CUDA bfloat16 tensor and back.
 """
 
+class Unavailable(RuntimeError):
+    """A registered implementation that cannot load on this machine (no GPU, a missing or
+    stale library, no DSL)."""
+
+
 _LOADERS = {}
 _LOADED = {}
 
@@ -45,7 +50,10 @@ def get(name):
     if name not in _LOADERS:
         raise ValueError(f"unknown implementation {name!r}; registered: {', '.join(names())}")
     if name not in _LOADED:
-        _LOADED[name] = _LOADERS[name]()
+        try:
+            _LOADED[name] = _LOADERS[name]()
+        except Exception as exc:  # no GPU, no or stale library, no DSL: say which
+            raise Unavailable(f"implementation {name!r} cannot run here: {type(exc).__name__}: {exc}") from exc
     return _LOADED[name]
 
 

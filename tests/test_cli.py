@@ -100,3 +100,19 @@ def test_loader_runs_only_on_first_get():
         assert calls == [1]
     finally:
         registry.unregister("lazy-for-test")
+
+
+def test_an_implementation_that_cannot_load_exits_2(capsys):
+    """A registered implementation whose loader fails (no GPU, a stale library) is
+    reported in one line with exit code 2, not a traceback."""
+    from conformance import __main__ as cli
+
+    def broken_loader():
+        raise RuntimeError("needs a CUDA GPU")
+
+    registry.register("unloadable", broken_loader)
+    try:
+        assert cli.main(["--impl", "unloadable"]) == 2
+        assert "cannot run here: RuntimeError: needs a CUDA GPU" in capsys.readouterr().err
+    finally:
+        registry.unregister("unloadable")
