@@ -5,7 +5,6 @@ checks of kernel/aot_loader.py. Skips without torch, a CUDA device or the librar
 """
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,9 +19,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
     pytest.mark.skipif(not aot_loader.available(), reason=f"{aot_loader.library_path()} not built"),
 ]
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-
 
 def _rows(rng, rows, width, short=False):
     bits = rng.integers(0, 1 << 16, size=(rows, width), dtype=np.uint16)
