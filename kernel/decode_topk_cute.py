@@ -401,10 +401,11 @@ def key_word(word):
     return w ^ Uint32(0x80008000) ^ (((w >> 15) & Uint32(0x00010001)) * Uint32(0x7FFF))
 
 
-def word_key(words, e):
-    """The key of element e of a vector's words (element e is the low half of word e // 2
-    when e is even: the first logit sits at the lowest address)."""
-    return Int32((key_word(words[e // 2]) >> (16 * (e % 2))) & Uint32(0xFFFF))
+def word_key(keys, e):
+    """The key of element e of a vector, from its key words (key_word of each word):
+    element e is the low half of word e // 2 when e is even (the first logit sits at the
+    lowest address)."""
+    return Int32((keys[e // 2] >> (16 * (e % 2))) & Uint32(0xFFFF))
 
 
 def block_key(words):
@@ -673,8 +674,7 @@ class DecodeTopK:
             return [(_pick(g == nv - 1, KEY_POS_INF, block_key(words)), Int32(1), g)]
         valid = length - g * 8
         keys = [key_word(w) for w in words]
-        return [(Int32((keys[e // 2] >> (16 * (e % 2))) & Uint32(0xFFFF)), _pick(e < valid, 1, 0), g * 8 + e)
-                for e in range(8)]
+        return [(word_key(keys, e), _pick(e < valid, 1, 0), g * 8 + e) for e in range(8)]
 
     def vector_words(self, sm, i):
         """The four words of the chunk's vector i in shared memory."""
