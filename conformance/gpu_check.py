@@ -199,7 +199,7 @@ def make_batch(rows, width, seed=0, device="cuda", chunk=1024, heads=32, dim=64)
     g.manual_seed(seed)
     bits = torch.empty((rows, width), dtype=torch.int16, device=device)
     kind = torch.randint(0, len(KINDS), (rows,), generator=g, device=device, dtype=torch.int64)
-    kind[:len(KINDS)] = torch.arange(len(KINDS), device=device)
+    kind[:len(KINDS)] = torch.arange(min(rows, len(KINDS)), device=device)  # each kind at least once
     keys = torch.randn(dim, generator=g, device=device) * math.sqrt(0.9) + \
         torch.randn(width, dim, generator=g, device=device) * math.sqrt(0.1)  # rho = 0.9
     specials = torch.tensor(SPECIALS, dtype=torch.int32, device=device)

@@ -27,7 +27,7 @@ CAPACITY = policy.SURVIVOR_CAPACITY
 
 def q_for(length, k):
     """The sample rank of a sampled row (SPEC.md 2.4)."""
-    return min(SAMPLES, max(1, (6144 * k + length - 1) // length))
+    return min(SAMPLES, max(1, (SAMPLES * (k + policy.SURVIVOR_AIM) + length - 1) // length))
 
 
 def kth_and_above(keys, k):

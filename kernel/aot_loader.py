@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 KERNEL_SOURCE = REPO / "kernel" / "decode_topk_cute.py"
 LIBRARY = "libdecode_topk.so"
 TRACE_FIELDS = 8
-DTK_NO_VARIANT, DTK_NO_SMEM, DTK_LOAD_FAILED = -1, -2, -3
+DTK_NO_VARIANT, DTK_NO_SMEM, DTK_LOAD_FAILED, DTK_BAD_NEXT_N = -1, -2, -3, -4
 
 # Resident clusters when the library cannot answer the occupancy query (DTK_NO_SMEM or an
 # error): the H200's max active clusters at 128 KB of dynamic shared memory a CTA
@@ -65,7 +65,7 @@ _RESIDENT: dict = {}
 
 def _bind(lib):
     i, p = ctypes.c_int, ctypes.c_void_p
-    lib.dtk_launch.argtypes = [i, i, i, i, i, p, i, i, ctypes.c_longlong, p, p, p, p]
+    lib.dtk_launch.argtypes = [i, i, i, i, i, p, i, i, ctypes.c_longlong, p, i, p, p, p]
     lib.dtk_launch.restype = i
     lib.dtk_max_active_clusters.argtypes = [i, i, i, i, i, ctypes.POINTER(i)]
     lib.dtk_max_active_clusters.restype = i
@@ -82,35 +82,40 @@ def _bind(lib):
     return lib
 
 
+def load_library_at(directory, source):
+    """The bound ctypes library directory/libdecode_topk.so, built by kernel/aot.py from
+    the module source (a path; its SHA-256 must match the one compiled in, else
+    StaleLibraryError, unless DTK_AOT_ALLOW_STALE=1); FileNotFoundError if absent."""
+    path = Path(directory) / LIBRARY
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: build it with `python -m kernel.aot` (on a machine "
+                                f"with nvidia-cutlass-dsl) and carry {path.parent.name} to the GPU machine")
+    lib = _bind(ctypes.CDLL(str(path)))
+    built = lib.dtk_kernel_source_sha256().decode()
+    here = hashlib.sha256(Path(source).read_bytes()).hexdigest()
+    if built != here:
+        msg = (f"stale library {path}: built from source sha256 {built[:16]}..., but {source} is "
+               f"{here[:16]}...; rebuild with `python -m kernel.aot`")
+        if os.environ.get("DTK_AOT_ALLOW_STALE") == "1":
+            warnings.warn(msg + " (allowed by DTK_AOT_ALLOW_STALE=1)")
+        else:
+            raise StaleLibraryError(msg)
+    manifest = path.parent / "MANIFEST.json"
+    if manifest.exists():
+        recorded = json.loads(manifest.read_text()).get("kernel_source_sha256")
+        if recorded != built:
+            raise StaleLibraryError(f"{manifest} (sha256 {str(recorded)[:16]}...) does not describe {path} "
+                                    f"(sha256 {built[:16]}...): rebuild with `python -m kernel.aot`")
+    return lib
+
+
 def load_library():
-    """The bound ctypes library (loaded once); StaleLibraryError if it was built from a
-    different kernel/decode_topk_cute.py, FileNotFoundError if it is absent."""
+    """The DecodeTopK library (load_library_at(aot_dir(), the kernel source), loaded once)."""
     global _LIB
     with _LIB_LOCK:
-        if _LIB is not None:
-            return _LIB
-        path = library_path()
-        if not path.exists():
-            raise FileNotFoundError(f"{path} not found: build it with `python -m kernel.aot` (on a machine "
-                                    f"with nvidia-cutlass-dsl) and carry .aot to the GPU machine")
-        lib = _bind(ctypes.CDLL(str(path)))
-        built = lib.dtk_kernel_source_sha256().decode()
-        here = hashlib.sha256(KERNEL_SOURCE.read_bytes()).hexdigest()
-        if built != here:
-            msg = (f"stale DecodeTopK library {path}: built from kernel source sha256 {built[:16]}..., but "
-                   f"{KERNEL_SOURCE} is {here[:16]}...; rebuild with `python -m kernel.aot`")
-            if os.environ.get("DTK_AOT_ALLOW_STALE") == "1":
-                warnings.warn(msg + " (allowed by DTK_AOT_ALLOW_STALE=1)")
-            else:
-                raise StaleLibraryError(msg)
-        manifest = path.parent / "MANIFEST.json"
-        if manifest.exists():
-            recorded = json.loads(manifest.read_text()).get("kernel_source_sha256")
-            if recorded != built:
-                raise StaleLibraryError(f"{manifest} (sha256 {str(recorded)[:16]}...) does not describe {path} "
-                                        f"(sha256 {built[:16]}...): rebuild with `python -m kernel.aot`")
-        _LIB = lib
-        return lib
+        if _LIB is None:
+            _LIB = load_library_at(aot_dir(), KERNEL_SOURCE)
+        return _LIB
 
 
 def library_info() -> dict:
@@ -167,96 +172,38 @@ def resident_for(k, block_mode=False, trace=False, device=None):
     return resident
 
 
-def _check_tensor(name, t):
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if not t.is_cuda:
-        raise ValueError(f"{name} must be a CUDA tensor, got device {t.device}")
-
-
-def _check_int32_rows(name, tensor, rows, cols, device):
-    """Raise ValueError unless tensor is a contiguous, 16-byte aligned CUDA int32
-    [rows, cols] on device (the kernel writes it as such)."""
-    _check_tensor(name, tensor)
-    if tensor.dtype != torch.int32:
-        raise ValueError(f"{name} must be torch.int32, got {tensor.dtype}")
-    if tuple(tensor.shape) != (rows, cols):
-        raise ValueError(f"{name} must have shape {(rows, cols)}, got {tuple(tensor.shape)}")
-    if tensor.device != device:
-        raise ValueError(f"{name} is on {tensor.device}, logits on {device}")
-    if (rows > 1 and tensor.stride(0) != cols) or tensor.stride(1) != 1:
-        raise ValueError(f"{name} must be contiguous (strides ({cols}, 1)), got {tensor.stride()}")
-    if tensor.data_ptr() % 16:
-        raise ValueError(f"{name} base address must be 16-byte aligned, got {tensor.data_ptr():#x}")
-
-
-def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, build=None):
-    """Indices of each row's k largest elements (SPEC.md part 1) via the AOT library.
+def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, build=None, next_n=1,
+                    check_lengths=False):
+    """Indices of each row's k largest elements (SPEC.md part 1) via the AOT library, with
+    the arguments and checks of the DSL module's decode_topk (policy.check_inputs: the same
+    code, so the same ValueErrors).
 
     logits: CUDA bfloat16 [rows, width], unit inner stride, row stride % 8 == 0, base
-    16-byte aligned. lengths: CUDA int32 [rows] (contiguous; values not checked here, the
-    kernel clamps them to [0, width]). k: 512, 1024 or 2048. out: CUDA int32 [rows, k]
-    contiguous, 16-byte aligned (allocated if None). trace: None/False (no trace), True
-    (allocate one) or a CUDA int32 [rows, 8] contiguous tensor; the traced variant runs
-    when a trace is asked for. build: (cluster, vectors), (cluster, threads, vectors) or
-    'CxTxV' to force a build, else reference.policy.build_for(rows, width, resident).
+    16-byte aligned. lengths: CUDA int32 [rows // next_n] (next_n 1: one a row; else one a
+    request of next_n rows, as decode_topk_seq_lens); the kernel clamps. k: 512, 1024 or
+    2048. out: CUDA int32 [rows, k] contiguous, 16-byte aligned (allocated if None). trace:
+    None/False (no trace), True (allocate one) or a CUDA int32 [rows, 8] contiguous tensor;
+    the traced variant runs when a trace is asked for. build: (cluster, vectors),
+    (cluster, threads, vectors) or 'CxTxV' to force a build, else the policy's.
+    check_lengths: raise a ValueError naming the first length outside [0, width]
+    (synchronizes).
 
     Returns out, or (out, trace) when a trace was asked for. Launches on
     torch.cuda.current_stream(logits.device); does not synchronize.
     """
-    _check_tensor("logits", logits)
-    if logits.dtype != torch.bfloat16:
-        raise ValueError(f"logits must be torch.bfloat16, got {logits.dtype}")
-    if logits.dim() != 2:
-        raise ValueError(f"logits must be 2-D [rows, width], got shape {tuple(logits.shape)}")
-    rows, width = logits.shape
-    if k not in policy.KS:
-        raise ValueError(f"k = {k!r} is not one of {policy.KS}")
-    k = int(k)
-    policy.check_width(width)
-    if rows >= 2**31:
-        raise ValueError(f"rows = {rows} does not fit an int32")
-    if width > 1 and logits.stride(1) != 1:
-        raise ValueError(f"logits inner stride must be 1, got {logits.stride(1)}")
-    # one row: its stride is never used to address anything; any multiple of 8 will do
-    row_stride = logits.stride(0) if rows > 1 else width + (-width) % 8
-    if row_stride % 8:
-        raise ValueError(f"logits row stride must be a multiple of 8 elements, got {row_stride}")
-    if logits.data_ptr() % 16:
-        raise ValueError(f"logits base address must be 16-byte aligned, got {logits.data_ptr():#x}")
-    device = logits.device
-    _check_tensor("lengths", lengths)
-    if lengths.dtype != torch.int32:
-        raise ValueError(f"lengths must be torch.int32, got {lengths.dtype}")
-    if lengths.dim() != 1 or lengths.shape[0] != rows:
-        raise ValueError(f"lengths must have shape ({rows},), got {tuple(lengths.shape)}")
-    if lengths.device != device:
-        raise ValueError(f"lengths is on {lengths.device}, logits on {device}")
-    if rows > 1 and lengths.stride(0) != 1:
-        raise ValueError(f"lengths must be contiguous, got stride {lengths.stride(0)}")
-    if out is None:
-        out = torch.empty((rows, k), dtype=torch.int32, device=device)
-    else:
-        _check_int32_rows("out", out, rows, k, device)
+    if out is None and isinstance(logits, torch.Tensor) and logits.dim() == 2 and k in policy.KS:
+        out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
     want_trace = trace is not None and trace is not False
-    trace_buf = None
     if trace is True:
-        trace_buf = torch.empty((rows, TRACE_FIELDS), dtype=torch.int32, device=device)
-    elif want_trace:
-        _check_int32_rows("trace", trace, rows, TRACE_FIELDS, device)
-        trace_buf = trace
-    if build is None:
-        resident = resident_for(k, block_mode, want_trace, device)
-        cluster, _threads, vectors = policy.build_for(rows, width, resident)
-        limit = policy.max_rows(width, resident)
-        if limit is not None and rows > limit:
-            raise ValueError(f"rows = {rows} exceeds {limit}, the most the 16-CTA build takes at width {width} "
-                             f"({policy.WAVES_16} waves of resident clusters)")
-    else:
-        cluster, vectors = parse_build(build)
-        if width > policy.capacity(cluster, vectors):
-            raise ValueError(f"width = {width} exceeds build {cluster}x{policy.threads_for(cluster)}x{vectors}'s "
-                             f"capacity {policy.capacity(cluster, vectors)}")
+        trace = torch.empty((out.shape[0], TRACE_FIELDS), dtype=torch.int32, device=out.device)
+    trace_buf = trace if want_trace else None
+    device = logits.device if isinstance(logits, torch.Tensor) else None
+    cluster, vectors, row_stride = policy.check_inputs(
+        logits, lengths, k, out, resident_for(k, block_mode, want_trace, device), next_n, trace_buf,
+        build=parse_build(build))
+    rows, width = logits.shape
+    if check_lengths:
+        policy.check_lengths(lengths, width, "lengths" if next_n == 1 else "seq_lens")
     if rows == 0:
         return (out, trace_buf) if want_trace else out
     lib = load_library()
@@ -265,7 +212,7 @@ def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, 
         stream = torch.cuda.current_stream(device).cuda_stream
         err = lib.dtk_launch(k, cluster, vectors, int(bool(block_mode)), int(want_trace),
                              ctypes.c_void_p(logits.data_ptr()), rows, width, row_stride,
-                             ctypes.c_void_p(lengths.data_ptr()), ctypes.c_void_p(out.data_ptr()),
+                             ctypes.c_void_p(lengths.data_ptr()), next_n, ctypes.c_void_p(out.data_ptr()),
                              ctypes.c_void_p(trace_buf.data_ptr() if trace_buf is not None else 0),
                              ctypes.c_void_p(stream))
     if err:

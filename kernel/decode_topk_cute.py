@@ -31,7 +31,7 @@ when they outnumber the resident clusters; the 16-CTA build takes at most two wa
 Sampled (token rows longer than one vector a thread)::
 
     sample the row ──► every CTA: the same cutoff (the q-th largest of the row's
-    2048 samples, q aiming at 3k survivors)
+    2048 samples, q aiming at k + 2560 survivors)
         └► keep keys > cutoff and up to k keys == cutoff, push both to CTA 0
         └► CTA 0: exact k-th largest among <= 8192 survivors (two 8-bit radix
            passes), write k indices
@@ -64,14 +64,18 @@ model reports, field by field.
 """
 
 # ---------------------------------------------------------------------------------------
-# Config: constants and the launch policy (SPEC.md 2.1). Pure Python on ints, and the
-# only copy of these rules: reference/policy.py executes exactly these definitions (by
-# name, from this file's source) so the model chooses builds as the host code does
-# without importing the DSL.
+# Config: constants, the launch policy (SPEC.md 2.1) and the host's input checks (SPEC.md
+# 1.5). Pure Python (the checks read torch tensor metadata only), and the only copy of
+# these rules: reference/policy.py executes exactly these definitions (by name, from this
+# file's source) so the model chooses builds, and the AOT loader checks inputs, as the
+# host code here does, without importing the DSL.
 # ---------------------------------------------------------------------------------------
 LOGITS_PER_VECTOR = 8  # one 16-byte vector of BF16 logits, or one block
 SAMPLES = 2048  # sampled path: samples a row
 SURVIVOR_CAPACITY = 8192  # sampled path: survivors CTA 0 can hold
+# Sampled path: q aims at k + SURVIVOR_AIM survivors, which balances the two fallbacks
+# (under k, over SURVIVOR_CAPACITY) at the widest rows (SPEC.md 2.4, bench/fallback_rates.py).
+SURVIVOR_AIM = 2560
 KS = (512, 1024, 2048)
 MAX_WIDTH = 1048576
 WAVES_16 = 2  # the 16-CTA build takes at most two waves
@@ -141,6 +145,102 @@ def max_rows(width, resident):
     if width <= capacity(8, 16):
         return None
     return WAVES_16 * resident(16, 16)
+
+
+def _check_int32(name, tensor, shape, device, align):
+    """Raise ValueError unless tensor is a contiguous int32 tensor of this shape on this
+    device whose base address is align-byte aligned."""
+    import torch
+
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dtype != torch.int32:
+        raise ValueError(f"{name} must be torch.int32, got {tensor.dtype}")
+    if tuple(tensor.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(tensor.shape)}")
+    if tensor.device != device:
+        raise ValueError(f"{name} is on {tensor.device}, logits on {device}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name} must be contiguous, got strides {tensor.stride()}")
+    if tensor.data_ptr() % align:
+        raise ValueError(f"{name} base address {tensor.data_ptr():#x} is not {align}-byte aligned")
+
+
+def check_logits(logits, k, resident=None):
+    """Raise ValueError naming the bad value unless DecodeTopK takes these logits with this
+    k (SPEC.md 1.5): CUDA bfloat16 [rows, width], unit inner stride, rows 16-byte aligned,
+    a width some build holds and, when resident(cluster, vectors) is given (the launch
+    policy's occupancy), rows within the 16-CTA build's WAVES_16 waves. Returns the row
+    stride in elements (a multiple of 8; a single row's own stride is never used)."""
+    import torch
+
+    if isinstance(k, bool) or k not in KS:
+        raise ValueError(f"k={k!r} is not one of {KS}")
+    if not isinstance(logits, torch.Tensor):
+        raise ValueError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+    if logits.dtype != torch.bfloat16:
+        raise ValueError(f"logits must be torch.bfloat16, got {logits.dtype}")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be 2-D [rows, width], got shape {tuple(logits.shape)}")
+    if not logits.is_cuda:
+        raise ValueError(f"logits must be on a CUDA device, got {logits.device}")
+    rows, width = logits.shape
+    if width > 1 and logits.stride(1) != 1:
+        raise ValueError(f"logits must have unit inner stride, got strides {logits.stride()}")
+    row_stride = logits.stride(0) if rows > 1 else width + (-width) % LOGITS_PER_VECTOR
+    if row_stride % LOGITS_PER_VECTOR:
+        raise ValueError(f"logits row stride {row_stride} is not a multiple of 8 elements (16 bytes)")
+    if logits.data_ptr() % 16:
+        raise ValueError(f"logits base address {logits.data_ptr():#x} is not 16-byte aligned")
+    if rows >= 2**31:
+        raise ValueError(f"rows={rows} does not fit an int32")
+    check_width(width)
+    limit = None if resident is None else max_rows(width, resident)
+    if limit is not None and rows > limit:
+        raise ValueError(f"rows={rows} of width {width} exceed the 16-CTA build's {WAVES_16} waves "
+                         f"({limit} rows on this device)")
+    return row_stride
+
+
+def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_width=len(TRACE_FIELDS),
+                 build=None):
+    """Raise ValueError naming the bad value unless one DecodeTopK launch takes these
+    arguments (SPEC.md 1.5); else return (cluster, vectors, row_stride): the build to
+    launch (build_for(rows, width, resident), or build, checked to hold the width) and
+    the row stride of check_logits.
+
+    logits: CUDA bfloat16 [rows, width]; lengths: int32 [rows // next_n] (one a request
+    of next_n rows); out: int32 [rows, k]; trace: None or int32 [rows, trace_width]."""
+    row_stride = check_logits(logits, k, resident if build is None else None)
+    rows, width = logits.shape
+    if isinstance(next_n, bool) or not isinstance(next_n, int) or next_n < 1:
+        raise ValueError(f"next_n={next_n!r} must be an int >= 1")
+    if rows % next_n:
+        raise ValueError(f"rows={rows} is not a multiple of next_n={next_n}")
+    _check_int32("lengths" if next_n == 1 else "seq_lens", lengths, (rows // next_n,), logits.device, 4)
+    _check_int32("out", out, (rows, k), logits.device, 16)
+    if trace is not None:
+        _check_int32("trace", trace, (rows, trace_width), logits.device, 16)
+    if build is None:
+        cluster, _, vectors = build_for(rows, width, resident)
+        return cluster, vectors, row_stride
+    cluster, vectors = build
+    if (cluster, vectors) not in BUILDS:
+        raise ValueError(f"build {build} is not one of {BUILDS}")
+    if width > capacity(cluster, vectors):
+        raise ValueError(f"build {build} holds rows of up to {capacity(cluster, vectors)} logits, not {width}")
+    return cluster, vectors, row_stride
+
+
+def check_lengths(lengths, width, name="lengths"):
+    """The opt-in length check (it synchronizes): raise ValueError naming the first entry
+    of lengths (int32, on the GPU) outside [0, width]. The kernel itself clamps."""
+    import torch
+
+    bad = torch.nonzero((lengths < 0) | (lengths > width))
+    if bad.numel():
+        first = int(bad[0, 0])
+        raise ValueError(f"{name}[{first}]={int(lengths[first])} is outside [0, {width}]")
 
 
 # ---------------------------------------------------------------------------------------
@@ -520,8 +620,9 @@ class DecodeTopK:
     def __call__(self, logits: cute.Tensor, lengths: cute.Tensor, out: cute.Tensor, trace: cute.Tensor,
                  stream: cuda.CUstream):
         """logits: BF16 rows row_bytes apart (16-byte aligned), each holding its row's valid
-        logits first; lengths: int32 valid logits a row; out: int32 [rows, k]; trace: int32
-        [rows, 8], written only by a trace build."""
+        logits first; lengths: int32 valid logits a row, or one a request of next_n rows
+        (next_n = rows / len(lengths), module function decode_topk_seq_lens); out: int32
+        [rows, k]; trace: int32 [rows, 8], written only by a trace build."""
         self.kernel(logits, lengths, out, trace).launch(
             grid=[logits.shape[0] * self.cluster, 1, 1], block=[self.threads, 1, 1],
             cluster=[self.cluster, 1, 1], stream=stream, use_pdl=True,
@@ -551,7 +652,15 @@ class DecodeTopK:
 
         cute.arch.griddepcontrol_wait()
         width = logits.shape[1]
-        length = cutlass.min(cutlass.max(Int32(lengths[row]), Int32(0)), width)
+        # One length a request, next_n rows a request (speculative decode): row r is draft
+        # r % next_n of request r // next_n and sees seq_len - (next_n - 1 - r % next_n)
+        # tokens. decode_topk passes one length a row (next_n = 1). The seq_len is clamped
+        # at 0 first, so the subtraction cannot wrap; then the length to [0, width], so no
+        # read leaves the row.
+        next_n = logits.shape[0] // lengths.shape[0]
+        request = row // next_n
+        seq_len = cutlass.max(Int32(lengths[request]), Int32(0))
+        length = cutlass.min(cutlass.max(seq_len - (next_n - 1 - (row - request * next_n)), Int32(0)), width)
         nv = (length + 7) >> 3
         n = nv if const_expr(self.block_mode) else length
         start = (rank * nv) // C
@@ -592,7 +701,7 @@ class DecodeTopK:
             direct = Int32(1)
             sampled = False if const_expr(self.block_mode) else nv > C * nt
             if sampled:
-                q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(1), (6144 * k + length - 1) // length))
+                q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(1), (SAMPLES * (k + SURVIVOR_AIM) + length - 1) // length))
                 self.push_samples(sm, tid, rank, start, count, length)
                 cluster_sync()  # samples complete before the cutoff
                 self.stamp(trace_row, rank, tid, "samples")
@@ -1058,60 +1167,43 @@ def resident_clusters(cluster: int, vectors: int, k: int = 2048, block_mode: boo
     return _resident(torch.cuda.current_device(), k, cluster, vectors, bool(block_mode))
 
 
+def _resident_for(k, block_mode):
+    return lambda cluster, vectors: resident_clusters(cluster, vectors, k, block_mode)
+
+
 def supports_decode_topk(logits, k: int, block_mode: bool = False) -> bool:
-    """Whether decode_topk takes these BF16 logits (16-byte aligned rows of unit inner
-    stride, a CUDA tensor, a width some build holds, rows within the 16-CTA build's two
-    waves) with this k."""
+    """Whether decode_topk takes these BF16 logits with this k: a CUDA tensor, unit inner
+    stride, 16-byte aligned rows, a width some build holds, rows within the 16-CTA
+    build's two waves (check_logits, which raises the ValueError decode_topk would)."""
     try:
-        _check_logits(logits, k)
+        check_logits(logits, k, _resident_for(k, block_mode))
     except ValueError:
         return False
     return True
 
 
-def _check_logits(logits, k):
+def _launch(logits, lengths, k, out, block_mode, trace, build, next_n, check):
     import torch
 
-    if k not in KS:
-        raise ValueError(f"k={k} is not one of {KS}")
-    if not isinstance(logits, torch.Tensor):
-        raise ValueError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
-    if logits.dtype != torch.bfloat16:
-        raise ValueError(f"logits must be torch.bfloat16, got {logits.dtype}")
-    if logits.dim() != 2:
-        raise ValueError(f"logits must be 2-D [rows, width], got shape {tuple(logits.shape)}")
-    if not logits.is_cuda:
-        raise ValueError(f"logits must be on a CUDA device, got {logits.device}")
+    cluster, vectors, row_stride = check_inputs(logits, lengths, k, out, _resident_for(k, block_mode), next_n,
+                                                trace, build=build)
     rows, width = logits.shape
-    if logits.stride(1) != 1 and width > 1:
-        raise ValueError(f"logits must have unit inner stride, got stride {logits.stride()}")
-    if logits.stride(0) % LOGITS_PER_VECTOR != 0 and rows > 1:
-        raise ValueError(f"logits row stride {logits.stride(0)} is not a multiple of 8 elements (16 bytes)")
-    if logits.data_ptr() % 16 != 0:
-        raise ValueError(f"logits base address {logits.data_ptr():#x} is not 16-byte aligned")
-    check_width(width)
-    limit = max_rows(width, lambda cluster, vectors: resident_clusters(cluster, vectors, k))
-    if limit is not None and rows > limit:
-        raise ValueError(f"{rows} rows of width {width} exceed the 16-CTA build's {WAVES_16} waves ({limit} rows)")
-
-
-def _check_int32(name, tensor, shape, device):
-    import torch
-
-    if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int32:
-        raise ValueError(f"{name} must be a torch.int32 tensor, got {getattr(tensor, 'dtype', type(tensor))}")
-    if tuple(tensor.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(tensor.shape)}")
-    if tensor.device != device:
-        raise ValueError(f"{name} is on {tensor.device}, logits on {device}")
-    if not tensor.is_contiguous():
-        raise ValueError(f"{name} must be contiguous, got strides {tensor.stride()}")
-
-
-def _dummy_trace(rows, device):
-    import torch
-
-    return torch.empty((rows, len(TRACE_FIELDS)), dtype=torch.int32, device=device)
+    if check:
+        check_lengths(lengths, width, "lengths" if next_n == 1 else "seq_lens")
+    if rows == 0:
+        return out
+    if logits.stride() != (row_stride, 1):  # one row or width <= 1: strides torch never uses
+        logits = logits.as_strided((rows, width), (row_stride, 1))
+    compiled = compile_decode_topk(k, cluster, vectors, block_mode, trace is not None)
+    # The plain build never touches its trace argument, but every variant has one: a view
+    # of out's memory in the trace's shape ([rows, 8] <= [rows, k] words), so a launch
+    # allocates nothing (CUDA graphs, the custom op).
+    if trace is None:
+        trace = out.as_strided((rows, len(TRACE_FIELDS)), (len(TRACE_FIELDS), 1))
+    stream = cuda.CUstream(torch.cuda.current_stream(logits.device).cuda_stream)
+    compiled(_as_cute(logits, 16).mark_layout_dynamic(leading_dim=1), _as_cute(lengths, 4), _as_cute(out, 16),
+             _as_cute(trace, 16), stream)
+    return out
 
 
 def _as_cute(tensor, align):
@@ -1120,43 +1212,44 @@ def _as_cute(tensor, align):
     return from_dlpack(tensor, assumed_align=align)
 
 
-def decode_topk(logits, lengths, k: int, out=None, block_mode: bool = False, trace=None, build=None):
+def decode_topk(logits, lengths, k: int, out=None, block_mode: bool = False, trace=None, build=None,
+                check_lengths: bool = False):
     """Launch DecodeTopK on the current stream: out[r] = the indices of the k largest
     elements of logits[r, :lengths[r]] (SPEC.md). logits: CUDA bfloat16 [rows, width]
-    (16-byte aligned rows, unit inner stride); lengths: int32 [rows]; out: int32 [rows, k]
+    (16-byte aligned rows, unit inner stride; a row view of a wider buffer is fine);
+    lengths: int32 [rows], clamped to [0, width] by the kernel; out: int32 [rows, k]
     (allocated if None); trace: int32 [rows, 8] to get the per-row trace; build:
-    (cluster, vectors) to override the launch policy. Returns out."""
+    (cluster, vectors) to override the launch policy; check_lengths: first raise a
+    ValueError naming the first length outside [0, width] (synchronizes). Returns out.
+    Once precompile has run, a call compiles nothing and allocates nothing (given out)."""
     import torch
 
-    _check_logits(logits, k)
-    rows, width = logits.shape
-    _check_int32("lengths", lengths, (rows,), logits.device)
-    if out is None:
-        out = torch.empty((rows, k), dtype=torch.int32, device=logits.device)
-    _check_int32("out", out, (rows, k), logits.device)
-    if trace is not None:
-        _check_int32("trace", trace, (rows, len(TRACE_FIELDS)), logits.device)
-    if rows == 0:
-        return out
-    if build is None:
-        cluster, _, vectors = build_for(
-            rows, width, lambda cluster_, vectors_: resident_clusters(cluster_, vectors_, k, block_mode))
-    else:
-        cluster, vectors = build
-        if (cluster, vectors) not in BUILDS or width > capacity(cluster, vectors):
-            raise ValueError(f"build {build} does not hold rows of width {width}; builds: {BUILDS}")
-    compiled = compile_decode_topk(k, cluster, vectors, block_mode, trace is not None)
-    # The plain build never touches its trace argument, but every variant has one.
-    trace_arg = trace if trace is not None else _dummy_trace(rows, logits.device)
-    logits_arg = _as_cute(logits, 16).mark_layout_dynamic(leading_dim=1)
-    stream = cuda.CUstream(torch.cuda.current_stream(logits.device).cuda_stream)
-    compiled(logits_arg, _as_cute(lengths, 4), _as_cute(out, 16), _as_cute(trace_arg, 16), stream)
-    return out
+    if out is None and isinstance(logits, torch.Tensor) and logits.dim() == 2 and k in KS:
+        out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
+    return _launch(logits, lengths, k, out, block_mode, trace, build, 1, check_lengths)
+
+
+def decode_topk_seq_lens(logits, seq_lens, next_n: int, k: int, out=None, block_mode: bool = False,
+                         check_lengths: bool = False):
+    """decode_topk with the engine's call convention: rows of next_n speculative tokens a
+    request. Row r belongs to request r // next_n and has length
+    clamp(seq_lens[r // next_n] - next_n + 1 + r % next_n, 0, width): a request of seq_len
+    tokens, of which its last next_n are being decoded, and row r may look at every token
+    up to its own. A negative value clamps to 0 (an empty row: out[r] is all -1).
+    seq_lens: int32 [rows // next_n] on the logits' device (computed in the kernel: no
+    extra launch); check_lengths: raise a ValueError naming the first seq_len outside
+    [0, width] (synchronizes)."""
+    import torch
+
+    if out is None and isinstance(logits, torch.Tensor) and logits.dim() == 2 and k in KS:
+        out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
+    return _launch(logits, seq_lens, k, out, block_mode, None, None, next_n, check_lengths)
 
 
 def precompile(max_width: int, k_values=KS, block_modes=(False, True), trace: bool = False, arch=None):
     """Compile the DecodeTopK variants decode_topk launches on rows of up to max_width
-    logits, so the first decode call compiles nothing. Returns the variants compiled."""
+    logits and (arch None: for this device) ask each one's occupancy, so the first decode
+    call compiles nothing and queries nothing. Returns the variants compiled."""
     check_width(max_width)
     # The builds the policy picks at any width up to max_width, for any row count: each
     # build's widest row (capped at max_width), with one row resident and with two rows
@@ -1169,5 +1262,7 @@ def precompile(max_width: int, k_values=KS, block_modes=(False, True), trace: bo
         for cluster, vectors in builds:
             for block_mode in block_modes:
                 compile_decode_topk(k, cluster, vectors, block_mode, trace, arch)
+                if arch is None and not trace:  # the policy's occupancy query, cached too
+                    resident_clusters(cluster, vectors, k, block_mode)
                 done.append((k, cluster, vectors, block_mode))
     return done

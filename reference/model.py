@@ -30,6 +30,7 @@ from . import policy
 from .topk import validate_inputs
 
 SAMPLES = policy.SAMPLES  # 2048
+SURVIVOR_AIM = policy.SURVIVOR_AIM  # q aims at k + 2560 survivors
 CAPACITY = policy.SURVIVOR_CAPACITY  # 8192
 KEY_POS_INF = 0xFF80
 KEY_NEG_INF = 0x007F
@@ -51,7 +52,7 @@ def _mutant(name, doc):
     return len(MUTANTS)
 
 
-Q_FLOOR = _mutant("q_floor", "q = floor(6144 k / length): rounded down instead of up")
+Q_FLOOR = _mutant("q_floor", "q = floor(2048 (k + 2560) / length): rounded down instead of up")
 Q_CLAMP_CTA = _mutant("q_clamp_cta", "q clamped to [1, 2048 / C] (a CTA's samples) instead of [1, 2048]")
 CUTOFF_PLUS = _mutant("cutoff_plus_one", "sampled cutoff one key above the q-th largest sample")
 CUTOFF_MINUS = _mutant("cutoff_minus_one", "sampled cutoff one key below the q-th largest sample")
@@ -433,9 +434,9 @@ def _row(bits, length, k, block, C, T, V, mutant, out, tr,
                 p = min(8 * start + off, width - 1)
                 samples[c * S + j] = _okey(bits[p], mutant)
         if mutant == Q_FLOOR:
-            q = (6144 * k) // length
+            q = (SAMPLES * (k + SURVIVOR_AIM)) // length
         else:
-            q = (6144 * k + length - 1) // length
+            q = (SAMPLES * (k + SURVIVOR_AIM) + length - 1) // length
         hi = S if mutant == Q_CLAMP_CTA else SAMPLES
         q = min(hi, max(1, q))
         cutoff, _ = _radix_select(samples, SAMPLES, q, mutant)

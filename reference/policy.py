@@ -1,4 +1,4 @@
-"""The launch policy (SPEC.md 2.1), loaded from kernel/decode_topk_cute.py without
+"""The launch policy (SPEC.md 2.1) and the host input checks (SPEC.md 1.5), loaded from kernel/decode_topk_cute.py without
 importing the DSL.
 
 The kernel module is vendored into vLLM as one file that imports cutlass at the top, yet
@@ -13,9 +13,10 @@ import importlib.util
 from pathlib import Path
 
 _NAMES = (
-    "LOGITS_PER_VECTOR", "SAMPLES", "SURVIVOR_CAPACITY", "KS", "MAX_WIDTH", "WAVES_16",
+    "LOGITS_PER_VECTOR", "SAMPLES", "SURVIVOR_CAPACITY", "SURVIVOR_AIM", "KS", "MAX_WIDTH", "WAVES_16",
     "TRACE_FIELDS", "BUILDS", "threads_for", "vector_choices", "capacity", "vectors_for",
-    "check_width", "cluster_for", "build_for", "max_rows",
+    "check_width", "cluster_for", "build_for", "max_rows", "_check_int32", "check_logits", "check_inputs",
+    "check_lengths",
 )
 
 

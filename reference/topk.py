@@ -92,3 +92,14 @@ def decode_topk_reference(logits_bits, lengths, k, block_mode=False):
     for r, length in enumerate(lengths):
         out[r] = _row_topk(element_keys(logits_bits[r], length, block_mode), k, block_mode)
     return out
+
+
+def seq_lens_lengths(seq_lens, next_n, width):
+    """The row lengths of the engine's call convention (decode_topk_seq_lens, SPEC.md 1.1):
+    row r of request i = r // next_n has clamp(seq_lens[i] - next_n + 1 + r % next_n, 0,
+    width) valid logits. int64 arithmetic, so nothing wraps."""
+    if isinstance(next_n, bool) or not isinstance(next_n, numbers.Integral) or next_n < 1:
+        raise ValueError(f"next_n={next_n!r} must be an int >= 1")
+    seq = np.repeat(np.asarray(seq_lens, dtype=np.int64), next_n)
+    draft = np.arange(seq.size, dtype=np.int64) % next_n
+    return np.clip(seq - next_n + 1 + draft, 0, width).astype(np.int32)

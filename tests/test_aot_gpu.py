@@ -117,32 +117,15 @@ def test_padded_rows_side_stream_and_empty():
     assert tuple(empty.shape) == (0, 512)
 
 
-def test_validation_errors_name_the_value():
+def test_a_forced_build_must_exist_and_hold_the_width():
+    """The build override (the other input checks: tests/test_validation.py)."""
     logits = torch.zeros((4, 4096), dtype=torch.bfloat16, device="cuda")
     lens = torch.full((4,), 4096, dtype=torch.int32, device="cuda")
-    f = aot_loader.decode_topk_aot
-    with pytest.raises(ValueError, match="k = 7"):
-        f(logits, lens, 7)
-    with pytest.raises(ValueError, match="bfloat16"):
-        f(logits.float(), lens, 512)
-    with pytest.raises(ValueError, match="CUDA"):
-        f(logits.cpu(), lens, 512)
-    with pytest.raises(ValueError, match="int32"):
-        f(logits, lens.long(), 512)
-    with pytest.raises(ValueError, match=r"shape \(4,\)"):
-        f(logits, lens[:3], 512)
-    with pytest.raises(ValueError, match="row stride"):
-        f(torch.zeros((4, 4100), dtype=torch.bfloat16, device="cuda")[:, :4096], lens, 512)
-    with pytest.raises(ValueError, match="aligned"):
-        f(torch.zeros((4, 4104), dtype=torch.bfloat16, device="cuda")[:, 1:4097], lens, 512)
-    with pytest.raises(ValueError, match="inner stride"):
-        f(torch.zeros((4096, 4), dtype=torch.bfloat16, device="cuda").t(), lens, 512)
-    with pytest.raises(ValueError, match="out must have shape"):
-        f(logits, lens, 512, out=torch.empty((4, 1024), dtype=torch.int32, device="cuda"))
-    with pytest.raises(ValueError, match="build"):
-        f(logits, lens, 512, build=(2, 8))
-    with pytest.raises(ValueError, match="width"):
-        f(torch.zeros((1, 1048584), dtype=torch.bfloat16, device="cuda"), lens[:1], 512)
+    with pytest.raises(ValueError, match=r"build \(2, 8\) is not one of"):
+        aot_loader.decode_topk_aot(logits, lens, 512, build=(2, 8))
+    wide = torch.zeros((1, 524288), dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="holds rows of up to 262144 logits, not 524288"):
+        aot_loader.decode_topk_aot(wide, lens[:1], 512, build=(8, 8))
 
 
 def test_occupancy_query():

@@ -97,7 +97,7 @@ def test_sampled_trace_fields():
     for build in BUILDS:
         _, trace = simulate(logits, lengths, 1024, False, cluster=build[0], vectors=build[2])
         assert (trace[:, 0] == 1).all(), trace
-        assert trace[0, 2] == (6144 * 1024 + 131071) // 131072
+        assert trace[0, 2] == (2048 * (1024 + 2560) + 131071) // 131072
         assert np.array_equal(trace, expected_trace(logits, lengths, 1024, False, build))
 
 

@@ -52,7 +52,9 @@ def _words(tensor):
     return from_dlpack(tensor.view(-1).view(torch.int32), assumed_align=16).mark_layout_dynamic()
 
 
-def test_decode_topk_reads_logits_only_after_its_producer_finishes():
+def _violating_iterations():
+    """Run the producer / DecodeTopK pairs back to back; the iterations whose output
+    breaks the contract on that iteration's own logits."""
     rows, width, k = 8, 131072, 2048
     rng = np.random.default_rng(2026)
     sources = [rng.integers(0, 1 << 16, size=(rows, width), dtype=np.uint16) for _ in range(ITERATIONS)]
@@ -70,6 +72,19 @@ def test_decode_topk_reads_logits_only_after_its_producer_finishes():
         dtk.decode_topk(logits.view(torch.bfloat16), lengths, k, out=out)
     torch.cuda.synchronize()
     lengths_np = np.full(rows, width, dtype=np.int32)
-    for i, (bits, out) in enumerate(zip(sources, outs)):
-        violations = check(bits, lengths_np, k, False, out.cpu().numpy())
-        assert not violations, f"iteration {i}: {violations[0]}"
+    return [(i, violations[0]) for i, (bits, out) in enumerate(zip(sources, outs))
+            if (violations := check(bits, lengths_np, k, False, out.cpu().numpy()))]
+
+
+def test_decode_topk_reads_logits_only_after_its_producer_finishes():
+    bad = _violating_iterations()
+    assert not bad, f"{len(bad)} of {ITERATIONS} iterations violate; first: iteration {bad[0][0]}: {bad[0][1]}"
+
+
+def test_without_the_wait_the_test_fails(monkeypatch):
+    """The planted bug: DecodeTopK compiled without griddepcontrol.wait reads the logits
+    while the producer still spins, so the test above must see violations."""
+    monkeypatch.setattr(cute.arch, "griddepcontrol_wait", lambda *args, **kwargs: None)
+    monkeypatch.setattr(dtk, "_compiled", {})  # compile afresh, without the wait
+    bad = _violating_iterations()
+    assert bad, "no iteration violated without griddepcontrol.wait: the PDL test cannot fail"

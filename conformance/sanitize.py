@@ -1,0 +1,78 @@
+"""The driver that compute-sanitizer runs (docs/sanitizers.md): a few launches of the AOT
+library that reach every path, fallback and build, each output checked afterwards.
+
+    compute-sanitizer --tool memcheck python -m conformance.sanitize [--builds all] [--ks 512 2048]
+        [--cases sampled-overflow ...] [--trace]
+
+For each catalogue case (default: one for each path and fallback, below), each k, each
+mode the case has and each build (forced; 'policy' for the policy's), one launch of the
+plain (production) variant, or of the traced one with --trace, with the output poisoned
+first and checked with conformance.check after the launch. The paths each launch takes
+come from the model (reference.model.simulate on the same build), so the log says what
+the tool saw. Exit 1 on any violation; the tool's own findings are in its summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+
+import numpy as np
+
+# cases chosen for the paths they reach: (name, what it reaches)
+CASES = (
+    ("sampled-lengths", "sampled path (token rows longer than one vector a thread)"),
+    ("sampled-overflow", "fallback 1: more than 8192 survivors -> direct path"),
+    ("sampled-underflow", "fallback 2: fewer than k at or above the cutoff -> direct path"),
+    ("sampled-eq-capped", "the per-CTA cap on keys equal to the cutoff"),
+    ("lengths", "short rows (n <= k), the direct path, lengths 0, 1, k +- 1, partial vectors"),
+    ("mostly-neg-inf", "block mode: -inf blocks written as -1, the pinned newest block"),
+)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", nargs="+", default=[name for name, _ in CASES])
+    ap.add_argument("--builds", default="all", help="'all' (each build forced), 'policy', or CxTxV ...")
+    ap.add_argument("--ks", type=int, nargs="+", default=[512, 2048])
+    ap.add_argument("--trace", action="store_true", help="the traced variants instead of the plain ones")
+    args = ap.parse_args(argv)
+
+    from conformance.cases import CASES as CATALOGUE
+    from conformance.checker import check
+    from kernel import aot_loader
+    from reference import policy
+    from reference.model import simulate
+
+    catalogue = {c.name: c for c in CATALOGUE}
+    builds = list(policy.BUILDS) if args.builds == "all" else (
+        [None] if args.builds == "policy" else [aot_loader.parse_build(b) for b in args.builds.split(",")])
+    launches, violations, paths = 0, 0, Counter()
+    t0 = time.perf_counter()
+    for name in args.cases:
+        case = catalogue[name]
+        bits, lengths = case.generate()
+        for block_mode in case.modes:
+            for k in (k for k in args.ks if k in case.ks):
+                for build in builds:
+                    if build is not None and bits.shape[1] > policy.capacity(*build):
+                        continue
+                    out, _, used = aot_loader.run_numpy(bits, lengths, k, block_mode, build, trace=args.trace)
+                    launches += 1
+                    bad = check(bits, lengths, k, block_mode, out)
+                    violations += len(bad)
+                    _, m_trace = simulate(bits, lengths, k, block_mode, cluster=used[0], vectors=used[2])
+                    reached = Counter(("short", "sampled", "direct")[p] + ("", "+overflow", "+underflow")[r]
+                                      for p, r in m_trace[:, :2])
+                    paths.update(reached)
+                    print(f"{name:18} {'block' if block_mode else 'token'} k={k:4} {'x'.join(map(str, used)):10} "
+                          f"rows={len(lengths):3} {dict(reached)} violations={len(bad)}", flush=True)
+    print(f"\n{launches} launches in {time.perf_counter() - t0:.1f} s, {violations} contract violations; "
+          f"rows by path: {dict(paths)}")
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
