@@ -1027,6 +1027,10 @@ class DecodeTopK:
         rank_gt = base_gt + prefix_gt
         rank_eq = prefix_eq
         survivors = peer_address(sm["survivors"], Int32(0))
+        # Sampled path: the CTA writes only if its whole reservation fits (SPEC.md 2.4), so no
+        # two writes ever share a slot; a CTA whose reservation does not fit belongs to an
+        # overflowing row, whose survivors nobody reads.
+        fits = _pick(base_gt + base_eq + gt_total + eq_total <= SURVIVOR_CAPACITY, 1, 0)
         for entry in cutlass.range(tid, queued, self.threads):
             i = shared_load_u16(sm["queue"] + entry * 2)
             for key, ok, index in self.elements(self.vector_words(sm, i), start + i, length, nv):
@@ -1034,9 +1038,10 @@ class DecodeTopK:
                 is_eq = ok & _pick(key == cutoff, 1, 0)
                 slot_eq = base_eq + rank_eq
                 if const_expr(sampled):
-                    keep_gt = is_gt & _pick(rank_gt < SURVIVOR_CAPACITY, 1, 0)
-                    keep_eq = is_eq & _pick((rank_eq < self.k) & (slot_eq < SURVIVOR_CAPACITY), 1, 0)
+                    keep_gt = is_gt & fits
+                    keep_eq = is_eq & fits & _pick(rank_eq < self.k, 1, 0)
                     slot = _pick(is_gt, rank_gt, SURVIVOR_CAPACITY - 1 - slot_eq)
+                    # a guard, not a case: with fits every kept slot is in [0, 8192)
                     slot = cutlass.min(cutlass.max(slot, Int32(0)), Int32(SURVIVOR_CAPACITY - 1))
                     cluster_store_u32x2(survivors + slot * 8, index, key, keep_gt | keep_eq)
                 else:

@@ -72,8 +72,7 @@ EQ_CAP_MINUS = _mutant("eq_cap_minus_one", "per-CTA eq cap min(EQ_c, k - 1)")
 EQ_UNCAPPED = _mutant("eq_uncapped", "per-CTA eq survivors not capped at k")
 CAPACITY_PLUS = _mutant("capacity_plus_one", "survivor capacity 8193 (decision, guards, slots)")
 CAPACITY_MINUS = _mutant("capacity_minus_one", "survivor capacity 8191 (decision, guards, slots)")
-EQ_SLOT_UNGUARDED = _mutant("eq_slot_unguarded", "eq survivor written even when its offset is >= 8192")
-GT_SLOT_UNGUARDED = _mutant("gt_slot_unguarded", "gt survivor written even when its offset is >= 8192")
+FIT_DROPPED = _mutant("fit_dropped", "a CTA writes its survivors even when its reservation ends past 8192")
 EQ_SLOT_OFF = _mutant("eq_slot_off_by_one", "eq survivor slot 8192 - (be + r) instead of 8191 - (be + r)")
 OVERFLOW_INVERTED = _mutant("overflow_inverted", "overflow rule inverted: fall back when G + E <= 8192")
 OVERFLOW_DROPPED = _mutant("overflow_dropped", "overflow rule dropped")
@@ -312,12 +311,11 @@ def _write_cta(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, gbase, ebas
                             out[pos] = _element(g, e, kk, block, mutant)
                     else:
                         off = bg + r
-                        if off < cap or mutant == GT_SLOT_UNGUARDED:
-                            if off < 0 or off >= CAPACITY:
-                                wild += 1
-                            else:
-                                skey[off] = kk
-                                sidx[off] = _element(g, e, kk, block, mutant)
+                        if off < 0 or off >= CAPACITY or sidx[off] != UNWRITTEN:
+                            wild += 1  # outside the buffer, or a slot written twice (a race)
+                        else:
+                            skey[off] = kk
+                            sidx[off] = _element(g, e, kk, block, mutant)
                 elif kk == cutoff:
                     r = re
                     re += 1
@@ -329,16 +327,14 @@ def _write_cta(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, gbase, ebas
                             else:
                                 out[pos] = _element(g, e, kk, block, mutant)
                     elif r < eq_limit:
-                        off = be + r
-                        if off < cap or mutant == EQ_SLOT_UNGUARDED:
-                            slot = cap - 1 - off
-                            if mutant == EQ_SLOT_OFF:
-                                slot += 1
-                            if slot < 0 or slot >= CAPACITY:
-                                wild += 1
-                            else:
-                                skey[slot] = kk
-                                sidx[slot] = _element(g, e, kk, block, mutant)
+                        slot = cap - 1 - (be + r)
+                        if mutant == EQ_SLOT_OFF:
+                            slot += 1
+                        if slot < 0 or slot >= CAPACITY or sidx[slot] != UNWRITTEN:
+                            wild += 1  # outside the buffer, or a slot written twice (a race)
+                        else:
+                            skey[slot] = kk
+                            sidx[slot] = _element(g, e, kk, block, mutant)
             x += stride
     return wild
 
@@ -462,8 +458,11 @@ def _row(bits, length, k, block, C, T, V, mutant, out, tr,
             elif mutant != EQ_UNCAPPED:
                 eqc = min(eqc, k)
             bg, be, pg, pe = _reserve(pg, pe, gtc, eqc, mutant)
-            wild += _write_cta(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, gbase, ebase,
-                               bg, be, eqc, False, out, 0, k, skey, sidx, cap, block)
+            # A CTA writes only if its reservation fits: then no two writes share a slot,
+            # and one that does not fit belongs to an overflowing row (never read).
+            if bg + be + gtc + eqc <= cap or mutant == FIT_DROPPED:
+                wild += _write_cta(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, gbase, ebase,
+                                   bg, be, eqc, False, out, 0, k, skey, sidx, cap, block)
 
         # Decision (after the cluster barrier every CTA reads the pair).
         G = pg
