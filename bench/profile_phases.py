@@ -2,39 +2,49 @@
 
     source .dsl/b/install.sh && python bench/profile_phases.py
 
-Prints, per configuration, the median over rows of the cycles since kernel entry at each
-stamp (bench/NOTES.md keeps the history).
+Needs the DSL on the GPU machine (the profile build is not in the AOT library). Data:
+indexer-like rows at rho 0.9 (bench/grid.py make_logits). Prints, per configuration, the
+median over rows of the cycles since kernel entry at each stamp and the paths the rows
+took (bench/NOTES.md keeps the history).
 """
-import os, sys
-import numpy as np
-import torch
-sys.path.insert(0, os.getcwd())
-import kernel.decode_topk_cute as m
-import cutlass.cute as cute
-from cutlass.cute.runtime import from_dlpack
-import cuda.bindings.driver as cuda
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from jit_targets import indexer  # noqa: E402
 
-configs = [(1, 131072, 2048, False, (8, 8)), (8, 131072, 2048, False, (8, 8)), (32, 32768, 2048, False, (4, 8)),
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import cutlass.cute as cute  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from bench.grid import make_logits  # noqa: E402
+from kernel import decode_topk_cute as dtk  # noqa: E402
+
+# (rows, width, k, block_mode, (cluster, vectors))
+CONFIGS = [(1, 131072, 2048, False, (8, 8)), (8, 131072, 2048, False, (8, 8)), (32, 32768, 2048, False, (4, 8)),
            (64, 8192, 512, False, (4, 8)), (1, 131072, 512, True, (8, 8)), (1, 1048576, 512, False, (16, 16))]
-names = m.PROFILE_STAMPS
-for rows, width, k, block, (C, V) in configs:
-    t = m.DecodeTopK(k, C, V, block, profile=True)
-    comp = cute.compile(t, *m.fake_arguments(k, t.trace_width))
-    x = indexer(rows, width)
-    lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
-    out = torch.empty((rows, k), dtype=torch.int32, device="cuda")
-    tr = torch.zeros((rows, t.trace_width), dtype=torch.int32, device="cuda")
-    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
-    args = (from_dlpack(x, assumed_align=16).mark_layout_dynamic(leading_dim=1), from_dlpack(lengths, assumed_align=4),
-            from_dlpack(out, assumed_align=16), from_dlpack(tr, assumed_align=16), stream)
-    for _ in range(3):
-        tr.zero_(); comp(*args); torch.cuda.synchronize()
-    a = tr.cpu().numpy().astype(np.int64)
-    st = a[:, 8:]
-    base = st[:, 0:1]
-    rel = np.where(st != 0, (st - base) & 0xFFFFFFFF, -1)
-    med = np.median(rel, axis=0)
-    print(f"== rows {rows} width {width} k {k} {'block' if block else 'token'} build {C}x{V} path {np.bincount(a[:,0])} ")
-    print("   " + "  ".join(f"{n}={int(v)}" for n, v in zip(names, med) if v >= 0))
+
+
+def main():
+    for rows, width, k, block_mode, (cluster, vectors) in CONFIGS:
+        topk = dtk.DecodeTopK(k, cluster, vectors, block_mode, profile=True)
+        compiled = cute.compile(topk, *dtk.fake_arguments(k, topk.trace_width))
+        logits = make_logits(torch, "rho0.9", rows, width, seed=rows * 7 + width)
+        lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
+        out = torch.empty((rows, k), dtype=torch.int32, device="cuda")
+        trace = torch.zeros((rows, topk.trace_width), dtype=torch.int32, device="cuda")
+        for _ in range(3):
+            trace.zero_()
+            compiled(*dtk.cute_arguments(logits, lengths, out, trace))
+            torch.cuda.synchronize()
+        fields = trace.cpu().numpy().astype(np.int64)
+        stamps = fields[:, len(dtk.TRACE_FIELDS):]
+        since = np.where(stamps != 0, (stamps - stamps[:, :1]) & 0xFFFFFFFF, -1)  # %clock wraps at 2^32
+        median = np.median(since, axis=0)
+        print(f"== rows {rows} width {width} k {k} {'block' if block_mode else 'token'} build {cluster}x{vectors} "
+              f"paths {np.bincount(fields[:, 0], minlength=3).tolist()}")
+        print("   " + "  ".join(f"{name}={int(v)}" for name, v in zip(dtk.PROFILE_STAMPS, median) if v >= 0))
+
+
+if __name__ == "__main__":
+    main()

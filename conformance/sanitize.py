@@ -19,7 +19,6 @@ import sys
 import time
 from collections import Counter
 
-import numpy as np
 
 # cases chosen for the paths they reach: (name, what it reaches)
 CASES = (

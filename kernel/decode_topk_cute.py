@@ -701,7 +701,8 @@ class DecodeTopK:
             direct = Int32(1)
             sampled = False if const_expr(self.block_mode) else nv > C * nt
             if sampled:
-                q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(1), (SAMPLES * (k + SURVIVOR_AIM) + length - 1) // length))
+                aim = SAMPLES * (k + SURVIVOR_AIM)
+                q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(1), (aim + length - 1) // length))
                 self.push_samples(sm, tid, rank, start, count, length)
                 cluster_sync()  # samples complete before the cutoff
                 self.stamp(trace_row, rank, tid, "samples")
@@ -1188,8 +1189,6 @@ def supports_decode_topk(logits, k: int, block_mode: bool = False) -> bool:
 
 
 def _launch(logits, lengths, k, out, block_mode, trace, build, next_n, check):
-    import torch
-
     cluster, vectors, row_stride = check_inputs(logits, lengths, k, out, _resident_for(k, block_mode), next_n,
                                                 trace, build=build)
     rows, width = logits.shape
@@ -1205,16 +1204,22 @@ def _launch(logits, lengths, k, out, block_mode, trace, build, next_n, check):
     # allocates nothing (CUDA graphs, the custom op).
     if trace is None:
         trace = out.as_strided((rows, len(TRACE_FIELDS)), (len(TRACE_FIELDS), 1))
-    stream = cuda.CUstream(torch.cuda.current_stream(logits.device).cuda_stream)
-    compiled(_as_cute(logits, 16).mark_layout_dynamic(leading_dim=1), _as_cute(lengths, 4), _as_cute(out, 16),
-             _as_cute(trace, 16), stream)
+    compiled(*cute_arguments(logits, lengths, out, trace))
     return out
 
 
-def _as_cute(tensor, align):
+def cute_arguments(logits, lengths, out, trace):
+    """The compiled kernel's arguments (logits, lengths, out, trace, stream) for checked
+    torch tensors, on the current stream. The layouts the kernel reads travel as dynamic:
+    the row stride, and the lengths' extent (next_n = rows / that extent); an argument of
+    static layout would leave them unset (the kernel then read lengths out of bounds)."""
+    import torch
     from cutlass.cute.runtime import from_dlpack
 
-    return from_dlpack(tensor, assumed_align=align)
+    stream = cuda.CUstream(torch.cuda.current_stream(logits.device).cuda_stream)
+    return (from_dlpack(logits, assumed_align=16).mark_layout_dynamic(leading_dim=1),
+            from_dlpack(lengths, assumed_align=4).mark_layout_dynamic(), from_dlpack(out, assumed_align=16),
+            from_dlpack(trace, assumed_align=16), stream)
 
 
 def decode_topk(logits, lengths, k: int, out=None, block_mode: bool = False, trace=None, build=None,

@@ -18,9 +18,10 @@ never written hold key 0 and element UNWRITTEN.
 Mutants. The per-row code takes an integer `mutant`; 0 is the algorithm, any other value
 one planted bug of `MUTANTS` (name -> (id, description)), used by the mutation campaign
 (`python -m conformance.mutation`) to show that the conformance suite observes a bug in
-each step. A write that would leave a buffer (the output row or the 8192 survivor slots)
-is not performed; the row's error count records it and `simulate` raises RuntimeError,
-as a sanitizer would stop the kernel.
+each step. A write that would leave a buffer (the output row or the 8192 survivor slots),
+or a second write to one survivor slot (a race between CTAs, which racecheck reports), is
+not performed; the row's error count records it and `simulate` raises RuntimeError, as a
+sanitizer would stop the kernel.
 """
 
 import numpy as np
@@ -700,7 +701,7 @@ def simulate(logits_bits, lengths, k, block_mode=False, *, cluster=None, threads
     if bad.size:
         r = int(bad[0])
         raise RuntimeError(f"row {r}: {int(wild[r])} write(s) outside the output row or the "
-                           f"survivor buffer (build {C}x{T}x{V})")
+                           f"survivor buffer, or to a survivor slot already written (build {C}x{T}x{V})")
     return out, trace
 
 

@@ -1,5 +1,5 @@
-"""The launch policy (SPEC.md 2.1) and the host input checks (SPEC.md 1.5), loaded from kernel/decode_topk_cute.py without
-importing the DSL.
+"""The launch policy (SPEC.md 2.1) and the host input checks (SPEC.md 1.5), loaded from
+kernel/decode_topk_cute.py without importing the DSL.
 
 The kernel module is vendored into vLLM as one file that imports cutlass at the top, yet
 the model must choose builds by exactly the same rules and `reference` must not import

@@ -85,3 +85,33 @@ def test_gpu_conformance_tool_on_cpu(monkeypatch, tmp_path, capsys, mutant):
     assert (tmp_path / "gpu_conformance.json").exists()
     assert "| batch | token | 512 |" in text and "| trace | block | 2048 |" in text
     assert rc == (0 if mutant == 0 else 1), text[-3000:]
+
+
+def test_soak_plan_parses():
+    from conformance.soak import DEFAULT_PLAN, parse_plan
+
+    assert parse_plan(["1024:10x2", "8:3"]) == [(1024, 10), (1024, 10), (8, 3)]
+    assert sum(rows for _, rows in parse_plan(DEFAULT_PLAN)) >= 1_000_000
+
+
+def test_grid_report_lists_every_target():
+    """bench/grid.py's RESULTS.md writer on a made-up run (no GPU, no matplotlib)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import grid
+
+    def point(rows, length, k, us):
+        return {"data": "rho0.9", "mode": "token", "rows": rows, "length": length, "width": length, "k": k,
+                "ragged": False, "next_n": 1, "build": "8x512x8", "launches": 1, "violations": 0, "dtk_us": us,
+                "floor_us": us / 2, "torch_us": us * 4, "vs_floor": 2.0, "vs_torch": 0.25, "dtk_tb_s": 1.0,
+                "floor_tb_s": 2.0}
+
+    meta = {"date": "2026-11-30", "gpu": "test GPU", "torch": "x", "kernel_source_sha256": "0" * 64,
+            "timing": "t"}
+    results = dict(meta, points=[point(r, n, k, 5.0) for (r, n, k) in list(grid.TARGETS)[:-1]])
+    targets = dict(meta, points=[point(128, 65536, 512, 99.0)])
+    text = grid.results_md(results, [], grid.REPO / "bench" / "results" / "x.png", targets)
+    assert text.count("| yes |") == 8 and "no (6.6x)" in text  # 5 us meets the eight; 99 us is 6.6x of 15
+    assert "results/x.png" in text and "| 128 | 65536 | 512 | 15 | 99.0 (`run --targets`" in text

@@ -119,3 +119,17 @@ def test_invalid_input_raises(logits, lengths, k, message):
         validate_inputs(logits, np.asarray(lengths), k)
     with pytest.raises(ValueError, match=message):
         decode_topk_reference(logits, np.asarray(lengths), k)
+
+
+def test_seq_lens_lengths_is_the_engine_convention():
+    from reference.topk import seq_lens_lengths
+
+    # request 0: 10 tokens, its 3 drafts see 8, 9, 10 (one capped at the width 9);
+    # request 1: 0 tokens, all clamp to 0; request 2: 1 token, the first drafts clamp to 0
+    assert seq_lens_lengths([10, 0, 1], 3, 9).tolist() == [8, 9, 9, 0, 0, 0, 0, 0, 1]
+    assert seq_lens_lengths([5, -3, 7], 1, 6).tolist() == [5, 0, 6]  # next_n 1: the lengths, clamped
+    # no wrap-around at the int32 edges
+    assert seq_lens_lengths([2**31 - 1, -2**31], 2, 100).tolist() == [100, 100, 0, 0]
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="next_n"):
+            seq_lens_lengths([4], bad, 8)
