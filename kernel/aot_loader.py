@@ -194,8 +194,9 @@ def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, 
     if out is None and isinstance(logits, torch.Tensor) and logits.dim() == 2 and k in policy.KS:
         out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
     want_trace = trace is not None and trace is not False
-    if trace is True:
-        trace = torch.empty((out.shape[0], TRACE_FIELDS), dtype=torch.int32, device=out.device)
+    if trace is True:  # no out means bad logits or k: check_inputs names them
+        trace = None if out is None else torch.empty((out.shape[0], TRACE_FIELDS), dtype=torch.int32,
+                                                      device=out.device)
     trace_buf = trace if want_trace else None
     device = logits.device if isinstance(logits, torch.Tensor) else None
     cluster, vectors, row_stride = policy.check_inputs(
