@@ -1208,15 +1208,18 @@ def _launch(logits, lengths, k, out, block_mode, trace, build, next_n, check):
     return out
 
 
-def cute_arguments(logits, lengths, out, trace):
+def cute_arguments(logits, lengths, out, trace, stream=None):
     """The compiled kernel's arguments (logits, lengths, out, trace, stream) for checked
-    torch tensors, on the current stream. The layouts the kernel reads travel as dynamic:
-    the row stride, and the lengths' extent (next_n = rows / that extent); an argument of
-    static layout would leave them unset (the kernel then read lengths out of bounds)."""
-    import torch
+    torch tensors, on stream (default: the current one). The layouts the kernel reads
+    travel as dynamic: the row stride, and the lengths' extent (next_n = rows / that
+    extent); an argument of static layout would leave them unset (the kernel then read
+    lengths out of bounds; tests/test_launch_arguments.py)."""
     from cutlass.cute.runtime import from_dlpack
 
-    stream = cuda.CUstream(torch.cuda.current_stream(logits.device).cuda_stream)
+    if stream is None:
+        import torch
+
+        stream = cuda.CUstream(torch.cuda.current_stream(logits.device).cuda_stream)
     return (from_dlpack(logits, assumed_align=16).mark_layout_dynamic(leading_dim=1),
             from_dlpack(lengths, assumed_align=4).mark_layout_dynamic(), from_dlpack(out, assumed_align=16),
             from_dlpack(trace, assumed_align=16), stream)
