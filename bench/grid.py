@@ -135,13 +135,10 @@ def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
         seq = seq.clamp(max=width)
     else:
         seq = torch.full((requests,), length, dtype=torch.int32, device="cuda")
-    draft = torch.arange(rows, device="cuda") % next_n
-    lengths = (seq.repeat_interleave(next_n) - next_n + 1 + draft).clamp(0, width).to(torch.int32)
+    lengths = gpu_check.seq_lens_lengths(seq, next_n, width)
     resident = aot.resident_for(k, block_mode)
     cluster, threads, vectors = policy.build_for(rows, width, resident)
-    limit = policy.max_rows(width, resident) or rows
-    limit -= limit % next_n
-    slices = [slice(s, min(rows, s + limit)) for s in range(0, rows, limit)]
+    slices = aot.launch_slices(rows, width, k, block_mode, next_n)
     rec.update(build=f"{cluster}x{threads}x{vectors}", launches=len(slices))
     out = torch.full((rows, k), aot.POISON, dtype=torch.int32, device="cuda")
 

@@ -46,6 +46,14 @@ def _is_nan(bits):
     return (bits & 0x7FFF) > 0x7F80
 
 
+def seq_lens_lengths(seq_lens, next_n, width):
+    """reference.topk.seq_lens_lengths in torch, on seq_lens' device: row r's length
+    clamp(seq_lens[r // next_n] - next_n + 1 + r % next_n, 0, width), in int64 (no wrap)."""
+    seq = seq_lens.to(torch.int64).repeat_interleave(next_n)
+    draft = torch.arange(seq.numel(), device=seq.device) % next_n
+    return (seq - next_n + 1 + draft).clamp(0, width).to(torch.int32)
+
+
 def element_count(lengths, block_mode):
     lengths = lengths.to(torch.int64)
     return (lengths + 7) // 8 if block_mode else lengths

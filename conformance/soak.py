@@ -49,12 +49,9 @@ def parse_plan(items):
 def launch_all(logits, lengths, k, out, block_mode, build):
     """decode_topk_aot over all rows, in slices of at most the policy's row limit."""
     rows, width = logits.shape
-    limit = rows
-    if build is None:
-        limit = policy.max_rows(width, aot_loader.resident_for(k, block_mode)) or rows
-    for s in range(0, rows, limit):
-        aot_loader.decode_topk_aot(logits[s:s + limit], lengths[s:s + limit], k, out=out[s:s + limit],
-                                   block_mode=block_mode, build=build)
+    slices = aot_loader.launch_slices(rows, width, k, block_mode) if build is None else [slice(0, rows)]
+    for s in slices:
+        aot_loader.decode_topk_aot(logits[s], lengths[s], k, out=out[s], block_mode=block_mode, build=build)
 
 
 def soak_batch(width, rows, seed):

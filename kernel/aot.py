@@ -172,21 +172,18 @@ def variant_c(row: dict, header: dict, modes) -> str:
             raise ValueError(f"{p}.h: no struct {stype}")
         var = f"a_{pname}"
         lines.append(f"    {stype} {var}; memset(&{var}, 0, sizeof {var});")
+        # field -> (the fake tensor's dynamic modes, their C expressions)
+        dynamic = {"dynamic_shapes": (dyn_shape, _SHAPE_EXPR[i]), "dynamic_strides": (dyn_stride, _STRIDE_EXPR[i])}
         for ftype, fname, count in fields:
             if fname == "data" and count is None:
                 lines.append(f"    {var}.data = {_DATA_EXPR[i]};")
-            elif fname == "dynamic_shapes":
-                if count != len(dyn_shape):
-                    raise ValueError(f"{p}.h: {stype}.dynamic_shapes[{count}], fake tensor has dynamic "
-                                     f"shape modes {dyn_shape}")
-                for j, mode in enumerate(dyn_shape):
-                    lines.append(f"    {var}.dynamic_shapes[{j}] = ({ftype})({_SHAPE_EXPR[i][mode]});")
-            elif fname == "dynamic_strides":
-                if count != len(dyn_stride):
-                    raise ValueError(f"{p}.h: {stype}.dynamic_strides[{count}], fake tensor has dynamic "
-                                     f"stride modes {dyn_stride}")
-                for j, mode in enumerate(dyn_stride):
-                    lines.append(f"    {var}.dynamic_strides[{j}] = ({ftype})({_STRIDE_EXPR[i][mode]});")
+            elif fname in dynamic:
+                modes, exprs = dynamic[fname]
+                if count != len(modes):
+                    raise ValueError(f"{p}.h: {stype}.{fname}[{count}], fake tensor has dynamic "
+                                     f"{fname[len('dynamic_'):-1]} modes {modes}")
+                for j, mode in enumerate(modes):
+                    lines.append(f"    {var}.{fname}[{j}] = ({ftype})({exprs[mode]});")
             else:
                 raise ValueError(f"{p}.h: unexpected field {ftype} {fname} in {stype}")
         declared = {f[1] for f in fields}

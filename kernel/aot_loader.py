@@ -172,6 +172,15 @@ def resident_for(k, block_mode=False, trace=False, device=None):
     return resident
 
 
+def launch_slices(rows, width, k, block_mode=False, next_n=1):
+    """Row slices of at most the policy's row limit (the 16-CTA build's WAVES_16 waves),
+    each a whole number of next_n-row requests: how to launch more rows than one launch
+    takes (the benchmarks and the soak; decode_topk_aot itself refuses them)."""
+    limit = policy.max_rows(width, resident_for(k, block_mode)) or rows
+    limit = max(next_n, limit - limit % next_n)
+    return [slice(s, min(rows, s + limit)) for s in range(0, rows, limit)]
+
+
 def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, build=None, next_n=1,
                     check_lengths=False):
     """Indices of each row's k largest elements (SPEC.md part 1) via the AOT library, with
@@ -191,8 +200,8 @@ def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, 
     Returns out, or (out, trace) when a trace was asked for. Launches on
     torch.cuda.current_stream(logits.device); does not synchronize.
     """
-    if out is None and isinstance(logits, torch.Tensor) and logits.dim() == 2 and k in policy.KS:
-        out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
+    if out is None:
+        out = policy.new_output(logits, k)
     want_trace = trace is not None and trace is not False
     if trace is True:  # no out means bad logits or k: check_inputs names them
         trace = None if out is None else torch.empty((out.shape[0], TRACE_FIELDS), dtype=torch.int32,
@@ -204,7 +213,7 @@ def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, 
         build=parse_build(build))
     rows, width = logits.shape
     if check_lengths:
-        policy.check_lengths(lengths, width, "lengths" if next_n == 1 else "seq_lens")
+        policy.check_lengths(lengths, width, next_n)
     if rows == 0:
         return (out, trace_buf) if want_trace else out
     lib = load_library()

@@ -217,7 +217,7 @@ def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_
         raise ValueError(f"next_n={next_n!r} must be an int >= 1")
     if rows % next_n:
         raise ValueError(f"rows={rows} is not a multiple of next_n={next_n}")
-    _check_int32("lengths" if next_n == 1 else "seq_lens", lengths, (rows // next_n,), logits.device, 4)
+    _check_int32(_lengths_name(next_n), lengths, (rows // next_n,), logits.device, 4)
     _check_int32("out", out, (rows, k), logits.device, 16)
     if trace is not None:
         _check_int32("trace", trace, (rows, trace_width), logits.device, 16)
@@ -232,15 +232,30 @@ def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_
     return cluster, vectors, row_stride
 
 
-def check_lengths(lengths, width, name="lengths"):
+def _lengths_name(next_n):
+    return "lengths" if next_n == 1 else "seq_lens"
+
+
+def check_lengths(lengths, width, next_n=1):
     """The opt-in length check (it synchronizes): raise ValueError naming the first entry
-    of lengths (int32, on the GPU) outside [0, width]. The kernel itself clamps."""
+    of lengths (int32, on the GPU; seq_lens when next_n > 1) outside [0, width]. The
+    kernel itself clamps."""
     import torch
 
     bad = torch.nonzero((lengths < 0) | (lengths > width))
     if bad.numel():
         first = int(bad[0, 0])
-        raise ValueError(f"{name}[{first}]={int(lengths[first])} is outside [0, {width}]")
+        raise ValueError(f"{_lengths_name(next_n)}[{first}]={int(lengths[first])} is outside [0, {width}]")
+
+
+def new_output(logits, k):
+    """int32 [rows, k] on the logits' device for an out left None, or None when the logits
+    or k are bad (check_inputs then names them)."""
+    import torch
+
+    if isinstance(logits, torch.Tensor) and logits.dim() == 2 and k in KS:
+        return torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
+    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -1189,11 +1204,13 @@ def supports_decode_topk(logits, k: int, block_mode: bool = False) -> bool:
 
 
 def _launch(logits, lengths, k, out, block_mode, trace, build, next_n, check):
+    if out is None:
+        out = new_output(logits, k)
     cluster, vectors, row_stride = check_inputs(logits, lengths, k, out, _resident_for(k, block_mode), next_n,
                                                 trace, build=build)
     rows, width = logits.shape
     if check:
-        check_lengths(lengths, width, "lengths" if next_n == 1 else "seq_lens")
+        check_lengths(lengths, width, next_n)
     if rows == 0:
         return out
     if logits.stride() != (row_stride, 1):  # one row or width <= 1: strides torch never uses
@@ -1235,10 +1252,6 @@ def decode_topk(logits, lengths, k: int, out=None, block_mode: bool = False, tra
     (cluster, vectors) to override the launch policy; check_lengths: first raise a
     ValueError naming the first length outside [0, width] (synchronizes). Returns out.
     Once precompile has run, a call compiles nothing and allocates nothing (given out)."""
-    import torch
-
-    if out is None and isinstance(logits, torch.Tensor) and logits.dim() == 2 and k in KS:
-        out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
     return _launch(logits, lengths, k, out, block_mode, trace, build, 1, check_lengths)
 
 
@@ -1252,10 +1265,6 @@ def decode_topk_seq_lens(logits, seq_lens, next_n: int, k: int, out=None, block_
     seq_lens: int32 [rows // next_n] on the logits' device (computed in the kernel: no
     extra launch); check_lengths: raise a ValueError naming the first seq_len outside
     [0, width] (synchronizes)."""
-    import torch
-
-    if out is None and isinstance(logits, torch.Tensor) and logits.dim() == 2 and k in KS:
-        out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
     return _launch(logits, seq_lens, k, out, block_mode, None, None, next_n, check_lengths)
 
 

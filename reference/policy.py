@@ -16,7 +16,7 @@ _NAMES = (
     "LOGITS_PER_VECTOR", "SAMPLES", "SURVIVOR_CAPACITY", "SURVIVOR_AIM", "KS", "MAX_WIDTH", "WAVES_16",
     "TRACE_FIELDS", "BUILDS", "threads_for", "vector_choices", "capacity", "vectors_for",
     "check_width", "cluster_for", "build_for", "max_rows", "_check_int32", "check_logits", "check_inputs",
-    "check_lengths",
+    "check_lengths", "_lengths_name", "new_output",
 )
 
 

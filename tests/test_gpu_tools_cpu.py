@@ -115,3 +115,25 @@ def test_grid_report_lists_every_target():
     text = grid.results_md(results, [], grid.REPO / "bench" / "results" / "x.png", targets)
     assert text.count("| yes |") == 8 and "no (6.6x)" in text  # 5 us meets the eight; 99 us is 6.6x of 15
     assert "results/x.png" in text and "| 128 | 65536 | 512 | 15 | 99.0 (`run --targets`" in text
+
+
+def test_torch_seq_lens_lengths_agrees_with_the_reference():
+    from reference.topk import seq_lens_lengths
+
+    seq = np.array([10, 0, 1, -5, 2**31 - 1], dtype=np.int32)
+    for next_n in (1, 2, 3):
+        got = tc.seq_lens_lengths(torch.from_numpy(seq), next_n, 9)
+        assert got.dtype == torch.int32
+        assert got.tolist() == seq_lens_lengths(seq, next_n, 9).tolist()
+
+
+def test_launch_slices_respect_the_two_wave_limit(monkeypatch):
+    from kernel import aot_loader
+
+    monkeypatch.setattr(aot_loader, "resident_for", lambda k, block_mode=False, trace=False, device=None:
+                        lambda cluster, vectors: 7)
+    wide = policy.MAX_WIDTH
+    assert aot_loader.launch_slices(30, wide, 512) == [slice(0, 14), slice(14, 28), slice(28, 30)]
+    assert aot_loader.launch_slices(32, wide, 512, next_n=4) == [slice(0, 12), slice(12, 24), slice(24, 32)]
+    assert aot_loader.launch_slices(64, 131072, 2048) == [slice(0, 64)]  # no limit below the 16-CTA build
+    assert aot_loader.launch_slices(0, wide, 512) == []

@@ -98,7 +98,6 @@ def test_cuda_graph_replays(call, mode, rows, width, k, next_n, replays):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         call(logits, seq_lens, k, out, block_mode, next_n)
-    draft = torch.arange(rows, device="cuda") % next_n
     bad = 0
     for i in range(replays):
         perm = torch.randperm(rows, generator=gen, device="cuda")
@@ -106,7 +105,7 @@ def test_cuda_graph_replays(call, mode, rows, width, k, next_n, replays):
         seq_lens.copy_(_lengths(gen, rows // next_n, width))  # new lengths too
         out.fill_(POISON)
         graph.replay()
-        lengths = (seq_lens.repeat_interleave(next_n) - next_n + 1 + draft).clamp(0, width).to(torch.int32)
+        lengths = gpu_check.seq_lens_lengths(seq_lens, next_n, width)
         counts, first = gpu_check.check(logits, lengths, k, block_mode, out)
         if sum(counts.values()):
             bad += 1
