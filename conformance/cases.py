@@ -327,6 +327,10 @@ CASES = (
     Case("sampled-fallbacks-524288", "full", 213,
          partial(algo.make_controlled, width=524288, specs=algo.WIDE_SPECS),
          "overflow, underflow and their boundaries in rows 524,288 wide (8x512x16, 16x512x16)", modes=(False,)),
+    Case("waves-524288", "full", 214, partial(make_indexer, rows=16, width=524288, rho=0.9, heads=32, dim=64),
+         "more rows than resident clusters (H200: 15 of 8x512x16, 7 of 16x512x16): later waves"),
+    Case("waves-1048576", "full", 215, partial(make_indexer, rows=10, width=1048576, rho=0.9, heads=32, dim=64),
+         "more rows of the widest width than resident 16x512x16 clusters (H200: 7): two waves"),
 )
 
 
