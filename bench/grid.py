@@ -373,6 +373,9 @@ def results_md(results, extras, png, targets=None):
     for extra in extras:
         kind = "ragged lengths (0.7-1.3 x nominal)" if any(p.get("ragged") for p in extra["points"]) else \
             f"next_n = {extra['points'][0].get('next_n')} (decode_topk_seq_lens)"
+        sha = extra["kernel_source_sha256"][:12]
+        if sha != results["kernel_source_sha256"][:12]:
+            kind += f" (kernel source `{sha}`, {extra['date']})"
         lines += [f"## {kind}", "", _ratio_summary(extra["points"]) + ".", "", table(extra).split("\n", 2)[2]]
     return "\n".join(lines)
 

@@ -9,8 +9,8 @@ A *controlled* token row fixes the sampled cutoff at the value 1.0 in every buil
 1.0 at q + 2 sample positions of every build (q for k = 2048, the largest) and every value
 above 1.0 away from all sample positions, so no sample exceeds 1.0 and at least q equal
 it. Then G (keys above the cutoff) is the number of values placed above 1.0 and,
-with at most k equal values in any CTA's chunk, E is the number of 1.0s: G + E, and so the
-fallback, is chosen by the generator.
+with at most k equal values in any CTA's chunk, E is the number of 1.0s: G + E and
+G + min(E, k), and so the fallback, are chosen by the generator.
 """
 
 import numpy as np
@@ -84,8 +84,9 @@ def make_samples_hit_top(rng, width, lengths, top=400):
 def make_cta_plateau(rng, width, specs):
     """A plateau of 1.0 spread evenly over the row, n_eq of them, and n_gt larger values:
     with n_eq / C > k a CTA holds more than k keys equal to the cutoff and its eq
-    survivors are capped at k (E = sum min(EQ_c, k)); past 8192 in all, the eq slots'
-    offsets run past the buffer."""
+    survivors are capped at k (E = sum min(EQ_c, k)); past k in all, only the cluster's
+    first k are kept, and an eq slot past them would run into the gt range or past the
+    buffer."""
     logits = np.empty((len(specs), width), np.uint16)
     for r, (length, n_gt, n_eq) in enumerate(specs):
         row = _background(rng, width)
@@ -160,7 +161,9 @@ OVERFLOW_SPECS = (
     (W_SAMPLED, 12000, 300),  # G > 8192: gt offsets past the buffer
     (W_SAMPLED, 8000, 193),  # G + E = 8193: overflow by one
     (W_SAMPLED, 7999, 193),  # G + E = 8192: the capacity exactly, no fallback
-    (W_SAMPLED, 7192, 1000),  # 8192 again, with more ties
+    (W_SAMPLED, 7192, 1000),  # 8192 again, with more ties (k = 512: 7704)
+    (W_SAMPLED, 7500, 1500),  # G + E = 9000 > 8192, but G + min(E, k) = 8012 at k = 512: sampled
+    (W_SAMPLED, 7168, 1025),  # G + min(E, k) = 8192 at k = 1024, 8193 at k = 2048
     (W_SAMPLED - 3, 9000, 500),  # overflow, masked last vector, other sample positions
 )
 UNDERFLOW_SPECS = (
@@ -174,7 +177,7 @@ UNDERFLOW_SPECS = (
 )
 CAPPED_SPECS = (
     (W_SAMPLED, 300, 6000),  # EQ_c capped at k in some builds
-    (W_SAMPLED, 300, 30000),  # E past 8192 at k = 2048: eq offsets past the buffer
+    (W_SAMPLED, 300, 30000),  # E past 8192: only the cluster's first k eq kept, no fallback
     (W_SAMPLED - 1, 40, 3000),
 )
 WIDE_SPECS = (
@@ -184,6 +187,7 @@ WIDE_SPECS = (
     (524288, 200, 311),  # 511: underflow at every k
     (524288, 1500, 548),  # 2048
     (524288 - 7, 700, 324),  # 1024
+    (524288, 7500, 1500),  # G + E past 8192, G + min(E, k) not at k = 512
 )
 SAMPLE_HIT_LENGTHS = (W_SAMPLED, 65536 + 8192)
 BOUNDARY_LENGTHS = (32768, 32769, 65536, 65537)  # nv = C T and C T + 1 at C T = 4096, 8192
@@ -202,7 +206,7 @@ def _controlled_intent(specs):
         for length, n_gt, n_eq in specs:
             if -(-length // 8) <= cluster * threads:
                 rows.append((2, 0))
-            elif n_gt + n_eq > CAPACITY:
+            elif n_gt + min(n_eq, k) > CAPACITY:
                 rows.append((2, 1))
             elif n_gt + n_eq < k:
                 rows.append((2, 2))

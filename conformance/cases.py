@@ -272,7 +272,8 @@ CASES = (
     # --- ci: the model's algorithm (SPEC.md part 2): each path and fallback in every build,
     # verified by the trace (algorithm_cases.INTENTS) -------------------------------------------
     Case("sampled-overflow", "ci", 301, partial(algo.make_controlled, width=algo.W_SAMPLED, specs=algo.OVERFLOW_SPECS),
-         "sampled rows with G + E = 8192, 8193 and more: large values hidden between the samples", modes=(False,)),
+         "sampled rows with G + min(E, k) = 8192, 8193 and more: large values hidden between the samples",
+         modes=(False,)),
     Case("sampled-underflow", "ci", 302,
          partial(algo.make_controlled, width=algo.W_SAMPLED, specs=algo.UNDERFLOW_SPECS),
          "sampled rows with G + E = k - 1 and k for every k: underflow and its boundary", modes=(False,)),

@@ -25,7 +25,7 @@ CASES = (
     ("sampled-lengths", "sampled path (token rows longer than one vector a thread)"),
     ("sampled-overflow", "fallback 1: more than 8192 survivors -> direct path"),
     ("sampled-underflow", "fallback 2: fewer than k at or above the cutoff -> direct path"),
-    ("sampled-eq-capped", "the per-CTA cap on keys equal to the cutoff"),
+    ("sampled-eq-capped", "the per-CTA cap and the cluster's first k keys equal to the cutoff"),
     ("lengths", "short rows (n <= k), the direct path, lengths 0, 1, k +- 1, partial vectors"),
     ("mostly-neg-inf", "block mode: -inf blocks written as -1, the pinned newest block"),
 )

@@ -73,7 +73,7 @@ def expected_row_trace(keys, length, k, block_mode, build):
     for start, end in _chunks(nv, cluster):
         eq += min(int(np.count_nonzero(keys[8 * start: min(8 * end, length)] == cutoff)), k)
     tr[Q], tr[CUTOFF], tr[GT], tr[EQ] = q, cutoff, gt, eq
-    if gt + eq > CAPACITY:
+    if gt + min(eq, k) > CAPACITY:
         tr[REASON] = 1
     elif gt + eq < k:
         tr[REASON] = 2
@@ -148,13 +148,13 @@ def _row_problems(keys, length, k, block_mode, tr):
         p.append(f"gt {gt}, the row has {G} keys above the cutoff {cutoff}")
     if not 0 <= eq <= int(np.count_nonzero(keys == cutoff)):
         p.append(f"eq {eq} outside [0, keys equal to the cutoff]")
-    if reason == 1 and not gt + eq > CAPACITY:
-        p.append(f"overflow with gt + eq = {gt + eq} <= {CAPACITY}")
+    if reason == 1 and not gt + min(eq, k) > CAPACITY:
+        p.append(f"overflow with gt + min(eq, k) = {gt + min(eq, k)} <= {CAPACITY}")
     if reason == 2 and not gt + eq < k:
         p.append(f"underflow with gt + eq = {gt + eq} >= k")
     if reason == 0 and path == 1:
-        if not k <= gt + eq <= CAPACITY:
-            p.append(f"sampled row with gt + eq = {gt + eq} outside [k, {CAPACITY}]")
+        if not (k <= gt + eq and gt + min(eq, k) <= CAPACITY):
+            p.append(f"sampled row with gt + eq = {gt + eq} < k or gt + min(eq, k) > {CAPACITY}")
         if K < cutoff:
             p.append(f"sampled row with K {K} below the cutoff {cutoff}")
     return p

@@ -733,17 +733,20 @@ class DecodeTopK:
                 pair = peer_address(sm["pairs"], Int32(0))
                 gt = cluster_load(pair)
                 eq = cluster_load(pair + 4)
-                reason = _pick(gt + eq > SURVIVOR_CAPACITY, 1, _pick(gt + eq < k, 2, 0))
+                # CTA 0 holds the cluster's first k eq survivors only (SPEC.md 2.4): a
+                # cutoff value repeated across the CTAs no longer overflows the buffer.
+                kept = gt + cutlass.min(eq, Int32(k))
+                reason = _pick(kept > SURVIVOR_CAPACITY, 1, _pick(gt + eq < k, 2, 0))
                 self.record(trace_row, rank, tid, "gt", gt)
                 self.record(trace_row, rank, tid, "eq", eq)
                 self.record(trace_row, rank, tid, "reason", reason)
                 if reason == 0:
                     direct = Int32(0)
                     if rank == 0:
-                        kth, above = self.radix_select(sm, tid, sm["survivors"] + 4, 8, gt + eq, gt,
-                                                       SURVIVOR_CAPACITY - gt - eq, Int32(k))
+                        kth, above = self.radix_select(sm, tid, sm["survivors"] + 4, 8, kept, gt,
+                                                       SURVIVOR_CAPACITY - kept, Int32(k))
                         self.stamp(trace_row, rank, tid, "survivor_kth")
-                        self.emit(sm, tid, gt, eq, kth, above, out_row)
+                        self.emit(sm, tid, gt, kept - gt, kth, above, out_row)
                         self.stamp(trace_row, rank, tid, "emitted")
                         self.record(trace_row, rank, tid, "path", Int32(1))
                         self.record(trace_row, rank, tid, "kth", kth)
@@ -1043,10 +1046,12 @@ class DecodeTopK:
         rank_gt = base_gt + prefix_gt
         rank_eq = prefix_eq
         survivors = peer_address(sm["survivors"], Int32(0))
-        # Sampled path: the CTA writes only if its whole reservation fits (SPEC.md 2.4), so no
-        # two writes ever share a slot; a CTA whose reservation does not fit belongs to an
-        # overflowing row, whose survivors nobody reads.
-        fits = _pick(base_gt + base_eq + gt_total + eq_total <= SURVIVOR_CAPACITY, 1, 0)
+        # Sampled path: the cluster keeps its first k eq survivors (slot offsets below k), and
+        # a CTA writes only if what it keeps fits (SPEC.md 2.4): its gt range and the eq
+        # offsets up to min(base_eq + eq_total, k). Then no two writes ever share a slot; a
+        # CTA that does not fit belongs to an overflowing row, whose survivors nobody reads.
+        fits = _pick(base_gt + gt_total + cutlass.min(base_eq + eq_total, Int32(self.k)) <= SURVIVOR_CAPACITY,
+                     1, 0)
         for entry in cutlass.range(tid, queued, self.threads):
             i = shared_load_u16(sm["queue"] + entry * 2)
             for key, ok, index in self.elements(self.vector_words(sm, i), start + i, length, nv):
@@ -1055,7 +1060,7 @@ class DecodeTopK:
                 slot_eq = base_eq + rank_eq
                 if const_expr(sampled):
                     keep_gt = is_gt & fits
-                    keep_eq = is_eq & fits & _pick(rank_eq < self.k, 1, 0)
+                    keep_eq = is_eq & fits & _pick(slot_eq < self.k, 1, 0)
                     slot = _pick(is_gt, rank_gt, SURVIVOR_CAPACITY - 1 - slot_eq)
                     # a guard, not a case: with fits every kept slot is in [0, 8192)
                     slot = cutlass.min(cutlass.max(slot, Int32(0)), Int32(SURVIVOR_CAPACITY - 1))

@@ -11,9 +11,9 @@ Choices the spec leaves free, made here as the kernel (kernel/decode_topk_cute.p
 them, so that the model's output is what the kernel writes when its CTAs reserve in rank
 order: the CTA queue holds thread 0's queued vectors (slot order), then thread 1's, ...;
 CTAs reserve in rank order 0 .. C-1 (on the GPU the order of the atomics is free); CTA 0
-hands the survivor list (slots [0, G) then [8192 - E, 8192)) to its threads round robin. Output slots the
-algorithm never writes hold UNWRITTEN (-2), which no valid answer contains; survivor slots
-never written hold key 0 and element UNWRITTEN.
+hands the survivor list (slots [0, G) then [8192 - min(E, k), 8192)) to its threads round
+robin. Output slots the algorithm never writes hold UNWRITTEN (-2), which no valid answer
+contains; survivor slots never written hold key 0 and element UNWRITTEN.
 
 Mutants. The per-row code takes an integer `mutant`; 0 is the algorithm, any other value
 one planted bug of `MUTANTS` (name -> (id, description)), used by the mutation campaign
@@ -74,11 +74,14 @@ EQ_UNCAPPED = _mutant("eq_uncapped", "per-CTA eq survivors not capped at k")
 CAPACITY_PLUS = _mutant("capacity_plus_one", "survivor capacity 8193 (decision, guards, slots)")
 CAPACITY_MINUS = _mutant("capacity_minus_one", "survivor capacity 8191 (decision, guards, slots)")
 FIT_DROPPED = _mutant("fit_dropped", "a CTA writes its survivors even when its reservation ends past 8192")
+FIT_UNCAPPED = _mutant("fit_uncapped", "the fit rule counts the CTA's whole eq range, not the cluster's first k")
+EQ_CLUSTER_UNCAPPED = _mutant("eq_cluster_uncapped", "eq survivors kept up to the per-CTA cap only, not be + r < k")
+OVERFLOW_UNCAPPED = _mutant("overflow_uncapped", "overflow decided on G + E > 8192, not G + min(E, k) > 8192")
 EQ_SLOT_OFF = _mutant("eq_slot_off_by_one", "eq survivor slot 8192 - (be + r) instead of 8191 - (be + r)")
-OVERFLOW_INVERTED = _mutant("overflow_inverted", "overflow rule inverted: fall back when G + E <= 8192")
+OVERFLOW_INVERTED = _mutant("overflow_inverted", "overflow rule inverted: fall back when G + min(E, k) <= 8192")
 OVERFLOW_DROPPED = _mutant("overflow_dropped", "overflow rule dropped")
 UNDERFLOW_DROPPED = _mutant("underflow_dropped", "underflow rule dropped")
-OVERFLOW_GE = _mutant("overflow_at_capacity", "overflow when G + E >= 8192")
+OVERFLOW_GE = _mutant("overflow_at_capacity", "overflow when G + min(E, k) >= 8192")
 UNDERFLOW_LE = _mutant("underflow_at_k", "underflow when G + E <= k")
 UNDERFLOW_INVERTED = _mutant("underflow_inverted", "underflow rule inverted: fall back when G + E >= k")
 EMIT_EQ_UNLIMITED = _mutant("emit_eq_unlimited", "emit writes every survivor == K, not the first k - A")
@@ -287,9 +290,10 @@ def _write_cta(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, gbase, ebas
                bg, be, eq_limit, to_out, out, A, k, skey, sidx, cap, block):
     """Visit the CTA's queued keys in each thread's order with their ranks; write them.
 
-    to_out False (sampled): gt rank r -> survivor slot bg + r, eq rank r < eq_limit ->
-    slot cap - 1 - (be + r), each only if its offset < cap. to_out True (direct): gt rank r
-    -> out[bg + r], eq rank r -> out[A + be + r] if be + r < k - A. Returns wild writes."""
+    to_out False (sampled): gt rank r -> survivor slot bg + r, eq rank r < eq_limit with
+    be + r < k (the cluster's first k) -> slot cap - 1 - (be + r). to_out True (direct):
+    gt rank r -> out[bg + r], eq rank r -> out[A + be + r] if be + r < k - A. Returns wild
+    writes."""
     stride = _stride(T, mutant)
     wild = 0
     for t in range(T):
@@ -327,7 +331,7 @@ def _write_cta(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, gbase, ebas
                                 wild += 1
                             else:
                                 out[pos] = _element(g, e, kk, block, mutant)
-                    elif r < eq_limit:
+                    elif r < eq_limit and (be + r < k or mutant == EQ_CLUSTER_UNCAPPED):
                         slot = cap - 1 - (be + r)
                         if mutant == EQ_SLOT_OFF:
                             slot += 1
@@ -459,9 +463,13 @@ def _row(bits, length, k, block, C, T, V, mutant, out, tr,
             elif mutant != EQ_UNCAPPED:
                 eqc = min(eqc, k)
             bg, be, pg, pe = _reserve(pg, pe, gtc, eqc, mutant)
-            # A CTA writes only if its reservation fits: then no two writes share a slot,
-            # and one that does not fit belongs to an overflowing row (never read).
-            if bg + be + gtc + eqc <= cap or mutant == FIT_DROPPED:
+            # A CTA writes only if what it keeps fits: its gt range and the cluster's first k
+            # eq slots up to its own; then no two writes share a slot, and one that does not
+            # fit belongs to an overflowing row (never read).
+            kept_eq = min(be + eqc, k)
+            if mutant == FIT_UNCAPPED:
+                kept_eq = be + eqc
+            if bg + gtc + kept_eq <= cap or mutant == FIT_DROPPED:
                 wild += _write_cta(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, gbase, ebase,
                                    bg, be, eqc, False, out, 0, k, skey, sidx, cap, block)
 
@@ -470,6 +478,8 @@ def _row(bits, length, k, block, C, T, V, mutant, out, tr,
         E = pe
         tr[4] = G
         tr[5] = E
+        if mutant != OVERFLOW_UNCAPPED:
+            E = min(E, k)  # the eq survivors kept: the cluster's first k
         overflow = G + E > cap
         if mutant == OVERFLOW_GE:
             overflow = G + E >= cap
@@ -489,7 +499,7 @@ def _row(bits, length, k, block, C, T, V, mutant, out, tr,
         elif underflow:
             tr[1] = REASON_UNDERFLOW
         else:
-            # Emit: CTA 0 selects among slots [0, G) and [cap - E, cap).
+            # Emit: CTA 0 selects among slots [0, G) and [cap - E, cap) (E is min(E, k) here).
             tr[0] = PATH_SAMPLED
             count = G + E
             if mutant == EMIT_GT_ONLY:

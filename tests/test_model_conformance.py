@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from conformance import registry, run_suite
+from conformance.algorithm_cases import INTENTS
+from reference.topk import KS
 from reference.model import all_builds, build_name, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +90,13 @@ def test_cli_model_one_build():
                              "--case", "sampled-over", "--build", "16x512x16"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "16x512x16  path short=0 sampled=6 direct=9 | fallback overflow=9 underflow=0" in result.stdout
+    # the coverage line follows the case's intents (algorithm_cases.INTENTS), one row a spec and k
+    intents = [row for k in KS for row in INTENTS["sampled-overflow"]((16, 512, 16), k)]
+    sampled = sum(path == 1 for path, _ in intents)
+    overflow = sum(reason == 1 for _, reason in intents)
+    assert overflow and sampled, intents
+    assert (f"16x512x16  path short=0 sampled={sampled} direct={len(intents) - sampled} | "
+            f"fallback overflow={overflow} underflow=0") in result.stdout
     bad = subprocess.run([sys.executable, "-m", "conformance", "--impl", "model", "--build", "2x512x8"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "2x512x8" in bad.stderr
