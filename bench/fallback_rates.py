@@ -5,9 +5,9 @@
 A fallback row runs the direct path over the whole row (two cluster histogram passes): at
 524,288 logits with rho 0.9 that is ~70-100 us against ~19 us for a sampled row on the
 H200 (bench/NOTES.md), so a batch pays for its one unlucky row. Rows: indexer-like
-(conformance.cases.indexer_logits over shared keys, 32 heads, D 64) or Gaussian, every row
-full length and nothing but logits (no garbage past a length: it would be valid data
-here), on the build the policy picks for 8 rows. Prints the overflow / underflow share a
+(conformance.cases.indexer_rows, 32 heads, D 64) or Gaussian, every row full length and
+nothing but logits (no garbage past a length: it would be valid data here), on the build
+the policy picks for 8 rows. Prints the overflow / underflow share a
 point, and the overflow share the first rule (`G + E > 8192`, E summing the per-CTA caps)
 would have given on the same traces.
 """
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from conformance.cases import indexer_keys, indexer_logits, normal_bits  # noqa: E402
+from conformance.cases import indexer_rows, normal_bits  # noqa: E402
 from conformance.trace import q_for  # noqa: E402
 from reference import policy  # noqa: E402
 from reference.model import simulate  # noqa: E402
@@ -40,8 +40,7 @@ def main(argv=None):
             if kind == "gaussian":
                 bits = normal_bits(rng, (args.rows, width))
             else:
-                keys = indexer_keys(rng, width, float(kind[3:]), 64)
-                bits = np.stack([indexer_logits(rng, keys, 32) for _ in range(args.rows)])
+                bits = indexer_rows(rng, args.rows, width, float(kind[3:]), 32, 64)
             lengths = np.full(args.rows, width, np.int32)
             cluster, _, vectors = policy.build_for(8, width, lambda c, v: 15)
             for k in policy.KS:

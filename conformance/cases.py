@@ -121,11 +121,17 @@ def indexer_row(rng, width, rho, heads=32, dim=64):
 # Generators, one a kind of case
 # ----------------------------------------------------------------------------------------
 
-def make_indexer(rng, rows, width, rho, heads, dim):
-    """Rows of one batch share the keys (one sequence, several queries), because a fresh
-    [width, D] key matrix a row would dominate the generation time."""
+def indexer_rows(rng, rows, width, rho, heads, dim):
+    """Rows of indexer-like logits over one shared key matrix (one sequence, several
+    queries), because a fresh [width, D] key matrix a row would dominate the generation
+    time; every logit is valid data (no garbage)."""
     keys = indexer_keys(rng, width, rho, dim)
-    logits = np.stack([indexer_logits(rng, keys, heads) for _ in range(rows)])
+    return np.stack([indexer_logits(rng, keys, heads) for _ in range(rows)])
+
+
+def make_indexer(rng, rows, width, rho, heads, dim):
+    """indexer_rows at mixed lengths, garbage and NaN past each length."""
+    logits = indexer_rows(rng, rows, width, rho, heads, dim)
     lengths = mixed_lengths(rng, rows, width)
     return fill_past_lengths(rng, logits, lengths), lengths
 
