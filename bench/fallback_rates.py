@@ -16,14 +16,13 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
-from conformance.cases import indexer_rows, normal_bits  # noqa: E402
-from conformance.trace import q_for  # noqa: E402
-from reference import policy  # noqa: E402
-from reference.model import simulate  # noqa: E402
+from decode_topk.conformance.cases import indexer_rows, normal_bits  # noqa: E402
+from decode_topk.conformance.trace import q_for  # noqa: E402
+from decode_topk.reference import policy  # noqa: E402
+from decode_topk.reference.model import simulate  # noqa: E402
 
 
 def main(argv=None):

@@ -49,7 +49,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 ROWS = (1, 8, 32, 64, 128)
 LENGTHS = (8192, 32768, 131072, 262144, 524288, 1048576)
@@ -190,9 +189,9 @@ def sol_launcher(aot, torch):
 def run(args):
     import torch
 
-    from conformance import gpu_check
-    from kernel import aot_loader
-    from reference import policy
+    from decode_topk.conformance import gpu_check
+    from decode_topk.kernel import aot_loader
+    from decode_topk.reference import policy
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grid  # noqa: E402
 
@@ -30,8 +29,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import torch
 
-    from kernel import aot_loader
-    from reference import policy
+    from decode_topk.kernel import aot_loader
+    from decode_topk.reference import policy
 
     for point in args.points:
         kind, length, k = point.split(":")

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reference.bits import bf16_bits_from_float32  # noqa: E402
-from reference.model import all_builds, build_name, resolve_build, simulate  # noqa: E402
+from decode_topk.reference.bits import bf16_bits_from_float32  # noqa: E402
+from decode_topk.reference.model import all_builds, build_name, resolve_build, simulate  # noqa: E402
 
 
 def quantized(rows, width, seed=0):
@@ -30,7 +29,7 @@ def quantized(rows, width, seed=0):
 
 
 def indexer(rows, width, seed=0):
-    from conformance.cases import indexer_keys, indexer_logits
+    from decode_topk.conformance.cases import indexer_keys, indexer_logits
 
     rng = np.random.default_rng(seed)
     keys = indexer_keys(rng, width, 0.9, 64)

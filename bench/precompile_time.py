@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main(argv=None):
@@ -19,7 +18,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     import torch
 
-    from kernel import decode_topk_cute as dtk
+    from decode_topk.kernel import decode_topk_cute as dtk
     t1 = time.perf_counter()
     done = dtk.precompile(args.max_width)
     t2 = time.perf_counter()

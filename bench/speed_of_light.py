@@ -10,7 +10,7 @@ no barriers, no histograms and no selection: the k indices are simply 0 .. k-1.
 It has the module API kernel/aot.py builds from (fake_arguments, variants,
 compile_decode_topk), so the AOT library is built like DecodeTopK's:
 
-    python -m kernel.aot --module bench/speed_of_light.py --out .aot_sol --work build/aot_sol
+    python -m decode_topk.kernel.aot --module bench/speed_of_light.py --out .aot_sol --work build/aot_sol
 
 and bench/grid.py loads .aot_sol/libdecode_topk.so (its hash checked against this file).
 """
@@ -20,14 +20,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cuda.bindings.driver as cuda  # noqa: E402
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass import Int32, Int64  # noqa: E402
 
-from kernel import decode_topk_cute as dtk  # noqa: E402
+from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
 
 KS = (512, 2048)  # the grid's k
 

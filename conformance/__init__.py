@@ -1,5 +1,5 @@
 """The DecodeTopK conformance layer: the contract checker, the case catalogue, the
-registry of implementations and the suite that runs them (`python -m conformance`).
+registry of implementations and the suite that runs them (`python -m decode_topk.conformance`).
 
 Importing it imports neither torch nor cutlass.
 """

@@ -1,4 +1,4 @@
-"""python -m conformance [--impl NAME] [--level ci|full] [--case SUBSTR] [--build all|CxTxV]
+"""python -m decode_topk.conformance [--impl NAME] [--level ci|full] [--case SUBSTR] [--build all|CxTxV]
 
 Runs every case x k x mode of the level through the implementation, checks each output
 against the contract (and each trace, for implementations that return one), prints a
@@ -20,7 +20,7 @@ from .suite import run_suite
 
 def _builds(option, impl):
     """The builds of --build: None (the implementation chooses) or a list."""
-    from reference.model import all_builds, parse_build
+    from decode_topk.reference.model import all_builds, parse_build
 
     if option is None:
         option = "all" if impl == "model" else None
@@ -30,7 +30,7 @@ def _builds(option, impl):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m conformance", description=__doc__.splitlines()[2])
+    parser = argparse.ArgumentParser(prog="python -m decode_topk.conformance", description=__doc__.splitlines()[2])
     parser.add_argument("--impl", default="reference", help=f"implementation ({', '.join(registry.names())})")
     parser.add_argument("--level", default="ci", choices=LEVELS, help="ci (fast) or full (ci plus big cases)")
     parser.add_argument("--case", default=None, help="only cases whose name contains this")

@@ -3,7 +3,7 @@ the per-CTA eq cap, the path thresholds, the masked last vector and the pinned b
 
 The catalogue (`cases.py`) lists them; `INTENTS` says, for the rows whose path the
 generator controls, which path and fallback reason each build must take, and the tests
-and `python -m conformance --impl model` verify it with the trace.
+and `python -m decode_topk.conformance --impl model` verify it with the trace.
 
 A *controlled* token row fixes the sampled cutoff at the value 1.0 in every build: it puts
 1.0 at q + 2 sample positions of every build (q for k = 2048, the largest) and every value
@@ -15,7 +15,7 @@ G + min(E, k), and so the fallback, are chosen by the generator.
 
 import numpy as np
 
-from reference.bits import NEG_INF_BITS, POS_INF_BITS, bf16_bits_from_float32
+from decode_topk.reference.bits import NEG_INF_BITS, POS_INF_BITS, bf16_bits_from_float32
 
 from .trace import CAPACITY, q_for, sample_positions
 

@@ -16,13 +16,13 @@ from typing import Callable
 
 import numpy as np
 
-from reference.bits import (
+from decode_topk.reference.bits import (
     NEG_INF_BITS,
     POS_INF_BITS,
     bf16_bits_from_float32,
     bits_from_key,
 )
-from reference.topk import KS, validate_inputs
+from decode_topk.reference.topk import KS, validate_inputs
 
 from . import algorithm_cases as algo
 

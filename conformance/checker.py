@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reference.bits import KEY_NEG_INF
-from reference.topk import element_count, element_keys, short_row_answer, validate_inputs
+from decode_topk.reference.bits import KEY_NEG_INF
+from decode_topk.reference.topk import element_count, element_keys, short_row_answer, validate_inputs
 
 
 @dataclass(frozen=True)

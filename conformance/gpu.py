@@ -1,6 +1,6 @@
 """GPU conformance of the AOT library in one device call (no DSL on the runner).
 
-    python -m conformance.gpu [--out DIR] [--rows 100000] [--width 73728]
+    python -m decode_topk.conformance.gpu [--out DIR] [--rows 100000] [--width 73728]
                                     [--level full] [--budget 540] [--skip-batch] [--skip-suite]
 
 1. Library and device facts: arch, kernel hash, variants, resident clusters per build.
@@ -12,7 +12,7 @@
    Then the traced variant on the first `--trace-rows` rows on the policy's build: its
    trace against the model's (reference.model.simulate, same build) field by field, and
    its output through the NumPy checker.
-3. The conformance suite: `python -m conformance --impl aot --level LEVEL --build all`
+3. The conformance suite: `python -m decode_topk.conformance --impl aot --level LEVEL --build all`
    (trace equality with the model), in a subprocess with the time left of `--budget`.
 
 Full results go to DIR (default $OUT, else build/gpu): gpu_conformance.json,
@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from conformance import gpu_check as tc
-from kernel import aot_loader
-from reference import policy
+from . import gpu_check as tc
+from decode_topk.kernel import aot_loader
+from decode_topk.reference import policy
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -130,8 +130,8 @@ def big_batch(rows, width, seed, trace_rows, results):
                       f"({rec.get('kernel_ms', '-')} ms)", flush=True)
     # traced variant on a slice vs the model (numba) and the NumPy checker
     if trace_rows:
-        from conformance.checker import check as np_check
-        from reference.model import simulate
+        from .checker import check as np_check
+        from decode_topk.reference.model import simulate
         sl = slice(0, min(trace_rows, rows))
         bits = logits[sl].contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
         lens = lengths[sl].cpu().numpy()
@@ -169,7 +169,7 @@ def big_batch(rows, width, seed, trace_rows, results):
 
 def suite(level, out_dir, timeout, results):
     path = out_dir / f"conformance_{level}.txt"
-    cmd = [sys.executable, "-m", "conformance", "--impl", "aot", "--level", level, "--build", "all"]
+    cmd = [sys.executable, "-m", "decode_topk.conformance", "--impl", "aot", "--level", level, "--build", "all"]
     rec = {"command": " ".join(cmd[1:]), "output": str(path)}
     t0 = time.perf_counter()
     try:

@@ -47,7 +47,7 @@ def _is_nan(bits):
 
 
 def seq_lens_lengths(seq_lens, next_n, width):
-    """reference.topk.seq_lens_lengths in torch, on seq_lens' device: row r's length
+    """decode_topk.reference.topk.seq_lens_lengths in torch, on seq_lens' device: row r's length
     clamp(seq_lens[r // next_n] - next_n + 1 + r % next_n, 0, width), in int64 (no wrap)."""
     seq = seq_lens.to(torch.int64).repeat_interleave(next_n)
     draft = torch.arange(seq.numel(), device=seq.device) % next_n

@@ -1,4 +1,4 @@
-"""python -m conformance.mutation [--level ci|full] [--build all|CxTxV] [--mutant NAME ...]
+"""python -m decode_topk.conformance.mutation [--level ci|full] [--build all|CxTxV] [--mutant NAME ...]
 
 The mutation campaign: every planted bug of reference/model.py's MUTANTS must be caught by
 the conformance suite (the contract checker, or the trace checks of conformance/trace.py
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reference.model import MUTANTS, all_builds, build_name, parse_build, simulate
+from decode_topk.reference.model import MUTANTS, all_builds, build_name, parse_build, simulate
 
 from .cases import LEVELS, cases
 from .checker import check
@@ -108,7 +108,7 @@ def run_campaign(names=None, level="ci", builds=None, case_filter=None, stream=s
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m conformance.mutation", description=__doc__.splitlines()[2])
+    parser = argparse.ArgumentParser(prog="python -m decode_topk.conformance.mutation", description=__doc__.splitlines()[2])
     parser.add_argument("--level", default="ci", choices=LEVELS)
     parser.add_argument("--build", default="all", help="all, or one build such as 8x512x8")
     parser.add_argument("--mutant", action="append", help="run only this mutant (repeatable)")

@@ -58,7 +58,7 @@ def get(name):
 
 
 def _load_reference():
-    from reference.topk import decode_topk_reference
+    from decode_topk.reference.topk import decode_topk_reference
 
     return decode_topk_reference
 
@@ -69,7 +69,7 @@ def _load_aot():
     # out and trace poisoned before every launch, the traced variant, on `build`
     # ((cluster, threads, vectors), (cluster, vectors) or 'CxTxV') or the policy's build;
     # the build it ran is left in impl.last_build.
-    from kernel.aot_loader import conformance_impl
+    from decode_topk.kernel.aot_loader import conformance_impl
 
     return conformance_impl()
 
@@ -77,7 +77,7 @@ def _load_aot():
 def _load_model():
     # reference/model.py (numba): impl(logits_bits, lengths, k, block_mode, build=None)
     # -> (out, trace) on `build` (cluster, threads, vectors) or the policy's build.
-    from reference.model import decode_topk_model
+    from decode_topk.reference.model import decode_topk_model
 
     return decode_topk_model
 
@@ -85,7 +85,7 @@ def _load_model():
 def _load_jit():
     # The GPU kernel JIT-compiled through the DSL (kernel/jit_conformance.py); the same
     # conventions as 'aot'.
-    from kernel.jit_conformance import JitImpl
+    from decode_topk.kernel.jit_conformance import JitImpl
     return JitImpl()
 
 

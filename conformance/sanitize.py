@@ -1,7 +1,7 @@
 """The driver that compute-sanitizer runs (docs/sanitizers.md): a few launches of the AOT
 library that reach every path, fallback and build, each output checked afterwards.
 
-    compute-sanitizer --tool memcheck python -m conformance.sanitize [--builds all] [--ks 512 2048]
+    compute-sanitizer --tool memcheck python -m decode_topk.conformance.sanitize [--builds all] [--ks 512 2048]
         [--cases sampled-overflow ...] [--trace]
 
 For each catalogue case (default: one for each path and fallback, below), each k, each
@@ -39,11 +39,11 @@ def main(argv=None):
     ap.add_argument("--trace", action="store_true", help="the traced variants instead of the plain ones")
     args = ap.parse_args(argv)
 
-    from conformance.cases import CASES as CATALOGUE
-    from conformance.checker import check
-    from kernel import aot_loader
-    from reference import policy
-    from reference.model import simulate
+    from .cases import CASES as CATALOGUE
+    from .checker import check
+    from decode_topk.kernel import aot_loader
+    from decode_topk.reference import policy
+    from decode_topk.reference.model import simulate
 
     catalogue = {c.name: c for c in CATALOGUE}
     builds = list(policy.BUILDS) if args.builds == "all" else (

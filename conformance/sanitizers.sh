@@ -19,7 +19,7 @@ for tool in memcheck racecheck synccheck; do
     [ "$tool" = racecheck ] && extra=(--racecheck-report all) && driver=(--ks ${RACECHECK_KS:-2048})
     start=$(date +%s)
     timeout "$limit" "$cs" --tool "$tool" "${extra[@]}" --kernel-name kns=DecodeTopK --error-exitcode 99 \
-        --print-limit 20 python -m conformance.sanitize "$@" "${driver[@]}" > "$out/$tool.log" 2>&1
+        --print-limit 20 python -m decode_topk.conformance.sanitize "$@" "${driver[@]}" > "$out/$tool.log" 2>&1
     rc=$?
     echo "== $tool: exit $rc after $(( $(date +%s) - start )) s"
     grep -E "launches in|ERROR SUMMARY|RACECHECK SUMMARY|hazard|Invalid|Error" "$out/$tool.log" | tail -6

@@ -1,6 +1,6 @@
 """The soak: a million rows and more through the AOT library on the GPU, every build and k.
 
-    python -m conformance.soak [--out DIR] [--budget 540] [--plan 73728:100000x4 ...]
+    python -m decode_topk.conformance.soak [--out DIR] [--budget 540] [--plan 73728:100000x4 ...]
 
 Each batch (`--plan WIDTH:ROWSxBATCHES`, default below: 1,054,000 rows from 4,096 to
 1,048,576 logits wide) is made on the GPU by conformance/gpu_check.make_batch with its own
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import torch
 
-from conformance import gpu_check
-from kernel import aot_loader
-from reference import policy
+from . import gpu_check
+from decode_topk.kernel import aot_loader
+from decode_topk.reference import policy
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PLAN = ("73728:100000x4", "16384:300000x1", "4096:300000x1", "262144:30000x1", "524288:16000x1",

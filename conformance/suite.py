@@ -1,6 +1,6 @@
 """Run an implementation over the case catalogue and check every output.
 
-Shared by the CLI (`python -m conformance`) and the tests, so that both run exactly the
+Shared by the CLI (`python -m decode_topk.conformance`) and the tests, so that both run exactly the
 same cases the same way.
 """
 
@@ -82,7 +82,7 @@ def compare_traces(impl_name, case, k, block_mode, logits_bits, lengths, out, tr
         violations += [Violation(-1, "trace-intent", f"case {case.name}: {message}", repro)
                        for message in intent_problems(case.name, build, k, block_mode, trace)]
     if impl_name != "model" and build is not None:
-        from reference.model import simulate
+        from decode_topk.reference.model import simulate
 
         _, expected = simulate(logits_bits, lengths, k, block_mode,
                                cluster=build[0], threads=build[1], vectors=build[2])
@@ -144,7 +144,7 @@ def run_case(impl_name, impl, case, logits_bits, lengths, k, block_mode, build=N
         elif ran is None and callable(getattr(impl, "build_for", None)):
             ran = tuple(impl.build_for(rows, width))
         if ran is not None and len(ran) == 2:  # (cluster, vectors)
-            from reference.policy import threads_for
+            from decode_topk.reference.policy import threads_for
 
             ran = (ran[0], threads_for(ran[0]), ran[1])
         if ran is None:

@@ -14,8 +14,8 @@
 
 import numpy as np
 
-from reference import policy
-from reference.topk import element_keys
+from decode_topk.reference import policy
+from decode_topk.reference.topk import element_keys
 
 FIELDS = tuple(policy.TRACE_FIELDS)
 PATH, REASON, Q, CUTOFF, GT, EQ, KTH, ABOVE = range(8)

@@ -1,6 +1,6 @@
 """Ahead-of-time build of every DecodeTopK variant into one shared library.
 
-    python -m kernel.aot [--arch sm_90a] [--out .aot] [--jobs 2] [--module kernel.decode_topk_cute]
+    python -m decode_topk.kernel.aot [--arch sm_90a] [--out .aot] [--jobs 2] [--module kernel.decode_topk_cute]
 
 1. Compiles every variant of `variants()` (k x build x mode) with the trace off and on,
    with `compile_decode_topk` in `--jobs` worker processes (kernel/resources.py: each
@@ -54,7 +54,7 @@ import sys
 import time
 from pathlib import Path
 
-from kernel import resources
+from . import resources
 
 CUDA_HOME = Path("/usr/local/cuda-13.0")
 LIBRARY = "libdecode_topk.so"

@@ -1,15 +1,15 @@
-"""DecodeTopK through the ahead-of-time library (`python -m kernel.aot`), without the DSL.
+"""DecodeTopK through the ahead-of-time library (`python -m decode_topk.kernel.aot`), without the DSL.
 
 Imports only ctypes, numpy, torch and `reference.policy`, so it runs where cutlass is not
 installed (the H200 runner). The library is `.aot/libdecode_topk.so` under the repository
 root, or `$DTK_AOT_DIR/libdecode_topk.so`.
 
-    from kernel.aot_loader import decode_topk_aot
+    from .aot_loader import decode_topk_aot
     out = decode_topk_aot(logits, lengths, k)                      # token mode
     out, trace = decode_topk_aot(logits, lengths, k, trace=True)   # with the SPEC 2.11 trace
 
 The library refuses to load when its kernel source hash (compiled in) differs from the
-SHA-256 of `kernel/decode_topk_cute.py` here: rebuild with `python -m kernel.aot`.
+SHA-256 of `kernel/decode_topk_cute.py` here: rebuild with `python -m decode_topk.kernel.aot`.
 (`DTK_AOT_ALLOW_STALE=1` turns that into a warning, for pipeline tests with a stand-in.)
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from reference import policy
+from decode_topk.reference import policy
 
 REPO = Path(__file__).resolve().parent.parent
 KERNEL_SOURCE = REPO / "kernel" / "decode_topk_cute.py"
@@ -88,14 +88,14 @@ def load_library_at(directory, source):
     StaleLibraryError, unless DTK_AOT_ALLOW_STALE=1); FileNotFoundError if absent."""
     path = Path(directory) / LIBRARY
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: build it with `python -m kernel.aot` (on a machine "
+        raise FileNotFoundError(f"{path} not found: build it with `python -m decode_topk.kernel.aot` (on a machine "
                                 f"with nvidia-cutlass-dsl) and carry {path.parent.name} to the GPU machine")
     lib = _bind(ctypes.CDLL(str(path)))
     built = lib.dtk_kernel_source_sha256().decode()
     here = hashlib.sha256(Path(source).read_bytes()).hexdigest()
     if built != here:
         msg = (f"stale library {path}: built from source sha256 {built[:16]}..., but {source} is "
-               f"{here[:16]}...; rebuild with `python -m kernel.aot`")
+               f"{here[:16]}...; rebuild with `python -m decode_topk.kernel.aot`")
         if os.environ.get("DTK_AOT_ALLOW_STALE") == "1":
             warnings.warn(msg + " (allowed by DTK_AOT_ALLOW_STALE=1)")
         else:
@@ -105,7 +105,7 @@ def load_library_at(directory, source):
         recorded = json.loads(manifest.read_text()).get("kernel_source_sha256")
         if recorded != built:
             raise StaleLibraryError(f"{manifest} (sha256 {str(recorded)[:16]}...) does not describe {path} "
-                                    f"(sha256 {built[:16]}...): rebuild with `python -m kernel.aot`")
+                                    f"(sha256 {built[:16]}...): rebuild with `python -m decode_topk.kernel.aot`")
     return lib
 
 

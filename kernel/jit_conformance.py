@@ -6,7 +6,7 @@ build given or the policy's, `last_build` for the suite's trace comparison)."""
 import numpy as np
 import torch
 
-from kernel.aot_loader import POISON, parse_build, to_device_bf16
+from .aot_loader import POISON, parse_build, to_device_bf16
 
 
 class JitImpl:
@@ -15,7 +15,7 @@ class JitImpl:
     def __init__(self):
         if not torch.cuda.is_available():
             raise RuntimeError("the 'jit' implementation needs a CUDA GPU")
-        from kernel import decode_topk_cute
+        from . import decode_topk_cute
 
         self.kernel = decode_topk_cute
         self.last_build = None

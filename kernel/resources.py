@@ -12,7 +12,7 @@ Compiling is done in worker processes, because the DSL reads `CUTE_DSL_ARCH`,
 before it imports the kernel module, so one worker compiles for one architecture.
 `kernel/aot.py` uses the same workers to export the variants.
 
-    python -m kernel.resources [--arch sm_90a sm_100a] [--jobs 2] [--json build/resources.json]
+    python -m decode_topk.kernel.resources [--arch sm_90a sm_100a] [--jobs 2] [--json build/resources.json]
 
 prints the table and exits non-zero when any variant uses local memory (spills or a
 stack frame).
@@ -21,6 +21,7 @@ stack frame).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import concurrent.futures as cf
 import contextlib
 import importlib
@@ -35,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-KERNEL_MODULE = "kernel.decode_topk_cute"
+KERNEL_MODULE = "decode_topk.kernel.decode_topk_cute"
 ARCHS = ("sm_90a", "sm_100a")
 
 # ---------------------------------------------------------------------------------------
@@ -187,14 +188,11 @@ def worker_init(arch: str, module_spec: str, dump_root: str):
     """Set the per-process DSL environment, then import the DSL and the kernel."""
     dump = tempfile.mkdtemp(prefix=f"dump_{os.getpid()}_", dir=dump_root)
     os.environ["CUTE_DSL_ARCH"] = arch
-    os.environ["CUTE_DSL_KEEP"] = "cubin"
+    os.environ["CUTE_DSL_KEEP"] = "ptx,cubin"
     os.environ["CUTE_DSL_DUMP_DIR"] = dump
     opt = os.environ.get("CUTE_DSL_COMPILER_OPT", "")
     if "remarks{ptx}" not in opt:
         os.environ["CUTE_DSL_COMPILER_OPT"] = (opt + " remarks{ptx}").strip()
-    repo = str(Path(__file__).resolve().parent.parent)
-    if repo not in sys.path:
-        sys.path.insert(0, repo)
     _STATE.update(arch=arch, module=load_kernel_module(module_spec), dump=dump)
 
 
@@ -211,6 +209,20 @@ def _capture_fd2(path: str):
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
+
+
+_ENTRY = re.compile(r"\.entry\s+(\w+)\s*\(")
+
+
+def ptx_digest(ptx: str) -> str:
+    """SHA-256 of the PTX with each kernel entry's name replaced by `ENTRY<i>`: the DSL
+    spells the defining module's dotted path into the name (`...kerneldecode_topk_cute
+    DecodeTopK...` for kernel.decode_topk_cute) and cuts long names short, so two builds of
+    the same device code from modules of different names digest alike, and any other
+    byte differs."""
+    for i, name in enumerate(dict.fromkeys(_ENTRY.findall(ptx))):
+        ptx = ptx.replace(name, f"ENTRY{i}")
+    return hashlib.sha256(ptx.encode()).hexdigest()
 
 
 def variant_name(k, cluster, vectors, block_mode, trace) -> str:
@@ -250,6 +262,9 @@ def worker_compile(variant, export_dir=None) -> dict:
     row.update(regs=kinfo.get("regs", pinfo.get("regs")), frame=kinfo.get("frame"),
                stack_frame=pinfo.get("stack_frame"), spill_stores=pinfo.get("spill_stores"),
                spill_loads=pinfo.get("spill_loads"))
+    ptx = compiled.artifacts.PTX
+    if isinstance(ptx, str):
+        row["ptx_sha256"] = ptx_digest(ptx)
     row["local_bytes"] = max((row[f] or 0) for f in ("frame", "stack_frame", "spill_stores", "spill_loads"))
     if export_dir is not None:
         compiled.export_to_c(str(export_dir), name, function_prefix=name)
@@ -304,6 +319,11 @@ def main(argv=None):
     ap.add_argument("--module", default=KERNEL_MODULE, help="kernel module (dotted) or a .py path")
     ap.add_argument("--trace", action="store_true", help="also every variant with the trace compiled in")
     ap.add_argument("--json", default=None, help="write the rows as JSON here")
+    ap.add_argument("--ptx-digests", default=None, metavar="FILE",
+                    help="write {variant@arch: normalised PTX SHA-256} here (ptx_digest)")
+    ap.add_argument("--same-ptx-as", default=None, metavar="FILE",
+                    help="exit 1 unless every variant's PTX digest equals the one in FILE (a --ptx-digests "
+                         "file of an earlier build): device code byte-identical but for the entry name")
     args = ap.parse_args(argv)
     variants = all_variants(args.module, trace=(False, True) if args.trace else (False,))
     rows = []
@@ -316,6 +336,16 @@ def main(argv=None):
         Path(args.json).write_text(json.dumps(rows, indent=1))
     print(format_table(rows))
     print(f"\n{len(rows)} compiles in {wall:.1f} s wall ({args.jobs} jobs)")
+    digests = {f"{r['name']}@{r['arch']}": r.get("ptx_sha256") for r in rows}
+    if args.ptx_digests:
+        Path(args.ptx_digests).write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
+    if args.same_ptx_as:
+        before = json.loads(Path(args.same_ptx_as).read_text())
+        differ = sorted(name for name in set(before) | set(digests) if before.get(name) != digests.get(name))
+        print(f"PTX: {len(digests) - len(differ)} of {len(set(before) | set(digests))} variants identical to "
+              f"{args.same_ptx_as}" + (": differ " + ", ".join(differ) if differ else ""))
+        if differ:
+            return 1
     bad = [r["name"] + "@" + r["arch"] for r in rows if r.get("error") or r["local_bytes"] or not r["cubin_arch_ok"]]
     if bad:
         print("FAILED (error, local memory or wrong arch): " + ", ".join(bad))

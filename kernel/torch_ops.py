@@ -1,7 +1,7 @@
 """DecodeTopK as torch custom ops, for engines that trace (torch.compile) and capture (CUDA
 graphs) their decode step.
 
-    import kernel.torch_ops  # registers the ops
+    import decode_topk.kernel.torch_ops  # registers the ops
     torch.ops.decode_topk.decode_topk(logits, lengths, k, out, block_mode)
     torch.ops.decode_topk.decode_topk_seq_lens(logits, seq_lens, next_n, k, out, block_mode)
 
@@ -36,14 +36,14 @@ def backend():
 
 def _launch(logits, lengths, k, out, block_mode, next_n):
     if backend() == "dsl":
-        from kernel import decode_topk_cute as dtk
+        from . import decode_topk_cute as dtk
 
         if next_n == 1:
             dtk.decode_topk(logits, lengths, k, out=out, block_mode=block_mode)
         else:
             dtk.decode_topk_seq_lens(logits, lengths, next_n, k, out=out, block_mode=block_mode)
     else:
-        from kernel import aot_loader
+        from . import aot_loader
 
         aot_loader.decode_topk_aot(logits, lengths, k, out=out, block_mode=block_mode, next_n=next_n)
 

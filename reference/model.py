@@ -17,7 +17,7 @@ contains; survivor slots never written hold key 0 and element UNWRITTEN.
 
 Mutants. The per-row code takes an integer `mutant`; 0 is the algorithm, any other value
 one planted bug of `MUTANTS` (name -> (id, description)), used by the mutation campaign
-(`python -m conformance.mutation`) to show that the conformance suite observes a bug in
+(`python -m decode_topk.conformance.mutation`) to show that the conformance suite observes a bug in
 each step. A write that would leave a buffer (the output row or the 8192 survivor slots),
 or a second write to one survivor slot (a race between CTAs, which racecheck reports), is
 not performed; the row's error count records it and `simulate` raises RuntimeError, as a

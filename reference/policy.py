@@ -23,7 +23,7 @@ _NAMES = (
 def _kernel_source() -> Path:
     # find_spec imports the package `kernel` (its __init__ imports nothing heavy), not
     # the module itself.
-    spec = importlib.util.find_spec("kernel.decode_topk_cute")
+    spec = importlib.util.find_spec("decode_topk.kernel.decode_topk_cute")
     if spec is None or spec.origin is None:
         raise ImportError("kernel/decode_topk_cute.py not found: install the decode-topk package")
     return Path(spec.origin)

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 
 def _dsl(logits, lengths, k, out, block_mode=False, next_n=1, check_lengths=False):
-    from kernel import decode_topk_cute as dtk
+    from decode_topk.kernel import decode_topk_cute as dtk
 
     if next_n == 1:
         return dtk.decode_topk(logits, lengths, k, out=out, block_mode=block_mode, check_lengths=check_lengths)
@@ -23,14 +23,14 @@ def _dsl(logits, lengths, k, out, block_mode=False, next_n=1, check_lengths=Fals
 
 
 def _aot(logits, lengths, k, out, block_mode=False, next_n=1, check_lengths=False):
-    from kernel import aot_loader
+    from decode_topk.kernel import aot_loader
 
     return aot_loader.decode_topk_aot(logits, lengths, k, out=out, block_mode=block_mode, next_n=next_n,
                                       check_lengths=check_lengths)
 
 
 def _op(logits, lengths, k, out, block_mode=False, next_n=1, check_lengths=False):
-    import kernel.torch_ops  # noqa: F401  (registers the ops)
+    import decode_topk.kernel.torch_ops  # noqa: F401  (registers the ops)
 
     if check_lengths:
         pytest.skip("the custom op has no check mode (it never synchronizes)")
@@ -50,7 +50,7 @@ def _have_dsl():
 
 
 def _have_aot():
-    from kernel import aot_loader
+    from decode_topk.kernel import aot_loader
 
     try:
         aot_loader.load_library()

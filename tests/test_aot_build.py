@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 
-from kernel import aot  # noqa: E402
+from decode_topk.kernel import aot  # noqa: E402
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_loader_refuses_a_stale_library(built, tmp_path):
     m = json.loads((out / aot.MANIFEST).read_text())
     (stale / aot.MANIFEST).write_text(json.dumps(m))
     code = ("import os, sys\n"
-            "import kernel.aot_loader as L\n"
+            "import decode_topk.kernel.aot_loader as L\n"
             "L.KERNEL_SOURCE = L.Path(sys.argv[1])\n"
             "try:\n    L.load_library()\nexcept L.StaleLibraryError as e:\n    print('STALE', e); sys.exit(0)\n"
             "sys.exit(1)\n")
@@ -74,7 +74,7 @@ def test_loader_refuses_a_stale_library(built, tmp_path):
     env = {"DTK_AOT_DIR": str(stale), "PATH": "/usr/bin:/bin"}
     r = subprocess.run([sys.executable, "-c", code, str(other)], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=120)
-    assert r.returncode == 0 and "rebuild with `python -m kernel.aot`" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "rebuild with `python -m decode_topk.kernel.aot`" in r.stdout, r.stdout + r.stderr
 
 
 def test_loader_imports_no_dsl():

@@ -1,6 +1,6 @@
 """The AOT library on a GPU: the conformance suite through 'aot' at the ci level, and hand
 checks of kernel/aot_loader.py. Skips without torch, a CUDA device or the library
-(`python -m kernel.aot` builds it; carry `.aot` to the GPU machine). A stale library
+(`python -m decode_topk.kernel.aot` builds it; carry `.aot` to the GPU machine). A stale library
 (built from another kernel source) fails, on purpose.
 """
 
@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernel import aot_loader  # noqa: E402
-from reference import policy  # noqa: E402
+from decode_topk.kernel import aot_loader  # noqa: E402
+from decode_topk.reference import policy  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -37,10 +37,10 @@ def test_library_matches_kernel_source():
 
 @pytest.mark.parametrize("every_build", [False, True], ids=["policy-build", "every-build"])
 def test_conformance_suite_ci(every_build):
-    """`python -m conformance --impl aot --level ci [--build all]`: outputs against the
+    """`python -m decode_topk.conformance --impl aot --level ci [--build all]`: outputs against the
     contract, traces against the model on the build that ran."""
-    from conformance.suite import run_suite
-    from reference.model import all_builds
+    from decode_topk.conformance.suite import run_suite
+    from decode_topk.reference.model import all_builds
 
     result = run_suite("aot", "ci", stream=sys.stdout, builds=all_builds() if every_build else None)
     assert result.ok, f"{result.violation_count} violations"
@@ -49,8 +49,8 @@ def test_conformance_suite_ci(every_build):
 @pytest.mark.parametrize("block_mode", [False, True])
 @pytest.mark.parametrize("build", list(policy.BUILDS))
 def test_trace_matches_model_every_build(build, block_mode):
-    from conformance.checker import check
-    from reference.model import simulate
+    from decode_topk.conformance.checker import check
+    from decode_topk.reference.model import simulate
 
     rng = np.random.default_rng(7)
     width = 40960 if build != (16, 16) else 73728  # long enough for the sampled path
@@ -81,7 +81,7 @@ def test_short_rows_and_poison_overwritten():
 def test_garbage_past_length_is_ignored():
     """Two batches equal before each length and different (NaN, garbage) after: both
     outputs satisfy the contract, and the traces are equal."""
-    from conformance.checker import check
+    from decode_topk.conformance.checker import check
 
     rng = np.random.default_rng(2)
     width = 65536
@@ -100,7 +100,7 @@ def test_garbage_past_length_is_ignored():
 
 
 def test_padded_rows_side_stream_and_empty():
-    from conformance.checker import check
+    from decode_topk.conformance.checker import check
 
     rng = np.random.default_rng(3)
     bits, lengths = _rows(rng, 5, 40000)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from reference import (
+from decode_topk.reference import (
     KEY_NEG_INF,
     KEY_POS_INF,
     bf16_bits_from_float32,
@@ -13,7 +13,7 @@ from reference import (
     float32_from_bf16_bits,
     order_key,
 )
-from reference.bits import bits_from_key
+from decode_topk.reference.bits import bits_from_key
 
 # (bits, key, what): key = ~b & 0xFFFF with the sign bit set, else b | 0x8000.
 KEY_TABLE = [

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from conformance.cases import CASES, KERNEL_BOUNDARY_LENGTHS, LEVELS, boundary_lengths, cases, indexer_row
-from reference import KS, element_keys, order_key
+from decode_topk.conformance.cases import CASES, KERNEL_BOUNDARY_LENGTHS, LEVELS, boundary_lengths, cases, indexer_row
+from decode_topk.reference import KS, element_keys, order_key
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ every output the contract allows (other tie choices, any order) is accepted."""
 import numpy as np
 import pytest
 
-from conformance import cases, check
-from reference import decode_topk_reference, element_keys
+from decode_topk.conformance import cases, check
+from decode_topk.reference import decode_topk_reference, element_keys
 
 K = 512
 

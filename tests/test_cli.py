@@ -8,21 +8,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance import registry, run_suite
-from reference import decode_topk_reference
+from decode_topk.conformance import registry, run_suite
+from decode_topk.reference import decode_topk_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_cli_reference_ci_exits_zero():
-    result = subprocess.run([sys.executable, "-m", "conformance", "--impl", "reference", "--level", "ci"],
+    result = subprocess.run([sys.executable, "-m", "decode_topk.conformance", "--impl", "reference", "--level", "ci"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "0 violations" in result.stdout
 
 
 def test_cli_unknown_impl_exits_two():
-    result = subprocess.run([sys.executable, "-m", "conformance", "--impl", "no-such-impl"],
+    result = subprocess.run([sys.executable, "-m", "decode_topk.conformance", "--impl", "no-such-impl"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "no-such-impl" in result.stderr
 
@@ -72,7 +72,7 @@ def test_trace_results_reach_the_hook(monkeypatch):
         seen.append((case.name, k, block_mode, trace.shape))
         return []
 
-    monkeypatch.setattr("conformance.suite.compare_traces", hook)
+    monkeypatch.setattr("decode_topk.conformance.suite.compare_traces", hook)
     registry.register("traced-for-test", lambda: with_trace)
     try:
         result = run_suite("traced-for-test", "ci", case_filter="monotone", stream=None)
@@ -105,7 +105,7 @@ def test_loader_runs_only_on_first_get():
 def test_an_implementation_that_cannot_load_exits_2(capsys):
     """A registered implementation whose loader fails (no GPU, a stale library) is
     reported in one line with exit code 2, not a traceback."""
-    from conformance import __main__ as cli
+    from decode_topk.conformance import __main__ as cli
 
     def broken_loader():
         raise RuntimeError("needs a CUDA GPU")

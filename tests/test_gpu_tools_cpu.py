@@ -9,10 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conformance import gpu_check as tc  # noqa: E402
-from conformance.checker import check as np_check  # noqa: E402
-from reference import policy  # noqa: E402
-from reference.topk import decode_topk_reference  # noqa: E402
+from decode_topk.conformance import gpu_check as tc  # noqa: E402
+from decode_topk.conformance.checker import check as np_check  # noqa: E402
+from decode_topk.reference import policy  # noqa: E402
+from decode_topk.reference.topk import decode_topk_reference  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -38,8 +38,8 @@ def test_torch_checker_agrees_with_numpy_checker():
 
 def _fake_library(monkeypatch, mutant=0):
     """Patch kernel.aot_loader so that 'launches' run the model on CPU tensors."""
-    from kernel import aot_loader
-    from reference.model import simulate
+    from decode_topk.kernel import aot_loader
+    from decode_topk.reference.model import simulate
 
     def build_of(rows, width, build):
         if build is None:
@@ -75,7 +75,7 @@ def _fake_library(monkeypatch, mutant=0):
 
 @pytest.mark.parametrize("mutant", [0, "gt_rank_collision"])
 def test_gpu_conformance_tool_on_cpu(monkeypatch, tmp_path, capsys, mutant):
-    from conformance import gpu as gc
+    from decode_topk.conformance import gpu as gc
 
     _fake_library(monkeypatch, mutant)
     monkeypatch.setattr(gc, "DEVICE", "cpu")
@@ -88,7 +88,7 @@ def test_gpu_conformance_tool_on_cpu(monkeypatch, tmp_path, capsys, mutant):
 
 
 def test_soak_plan_parses():
-    from conformance.soak import DEFAULT_PLAN, parse_plan
+    from decode_topk.conformance.soak import DEFAULT_PLAN, parse_plan
 
     assert parse_plan(["1024:10x2", "8:3"]) == [(1024, 10), (1024, 10), (8, 3)]
     assert sum(rows for _, rows in parse_plan(DEFAULT_PLAN)) >= 1_000_000
@@ -118,7 +118,7 @@ def test_grid_report_lists_every_target():
 
 
 def test_torch_seq_lens_lengths_agrees_with_the_reference():
-    from reference.topk import seq_lens_lengths
+    from decode_topk.reference.topk import seq_lens_lengths
 
     seq = np.array([10, 0, 1, -5, 2**31 - 1], dtype=np.int32)
     for next_n in (1, 2, 3):
@@ -128,7 +128,7 @@ def test_torch_seq_lens_lengths_agrees_with_the_reference():
 
 
 def test_launch_slices_respect_the_two_wave_limit(monkeypatch):
-    from kernel import aot_loader
+    from decode_topk.kernel import aot_loader
 
     monkeypatch.setattr(aot_loader, "resident_for", lambda k, block_mode=False, trace=False, device=None:
                         lambda cluster, vectors: 7)

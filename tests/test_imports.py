@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "cutlass", "cuda")
 
 
-@pytest.mark.parametrize("module", ["reference", "conformance", "conformance.__main__", "kernel"])
+@pytest.mark.parametrize("module", ["decode_topk", "decode_topk.reference", "decode_topk.conformance", "decode_topk.conformance.__main__", "decode_topk.kernel"])
 def test_import_is_light(module):
     code = (f"import sys, {module}\n"
             f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"

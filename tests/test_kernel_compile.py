@@ -25,8 +25,8 @@ import pytest
 
 pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 
-from kernel import resources  # noqa: E402
-from reference import policy  # noqa: E402
+from decode_topk.kernel import resources  # noqa: E402
+from decode_topk.reference import policy  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 
 import cuda.bindings.driver as cuda  # noqa: E402
 
-from kernel import decode_topk_cute as dtk  # noqa: E402
+from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
 
 
 def test_lengths_extent_and_row_stride_are_dynamic():

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.checker import check
-from conformance.trace import expected_trace, trace_invariants
-from reference import bf16_bits_from_float32, policy
-from reference.model import MUTANTS, all_builds, build_name, parse_build, resolve_build, simulate
+from decode_topk.conformance.checker import check
+from decode_topk.conformance.trace import expected_trace, trace_invariants
+from decode_topk.reference import bf16_bits_from_float32, policy
+from decode_topk.reference.model import MUTANTS, all_builds, build_name, parse_build, resolve_build, simulate
 
 BUILDS = all_builds()
 SPECIALS = np.array([0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81, 0x7FFF, 0x3F80], np.uint16)

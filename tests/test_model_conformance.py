@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance import registry, run_suite
-from conformance.algorithm_cases import INTENTS
-from reference.topk import KS
-from reference.model import all_builds, build_name, simulate
+from decode_topk.conformance import registry, run_suite
+from decode_topk.conformance.algorithm_cases import INTENTS
+from decode_topk.reference.topk import KS
+from decode_topk.reference.model import all_builds, build_name, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ("path:short", "path:sampled", "path:direct", "reason:overflow", "reason:underflow")
@@ -86,7 +86,7 @@ def test_build_needs_an_implementation_that_takes_it():
 
 
 def test_cli_model_one_build():
-    result = subprocess.run([sys.executable, "-m", "conformance", "--impl", "model", "--level", "ci",
+    result = subprocess.run([sys.executable, "-m", "decode_topk.conformance", "--impl", "model", "--level", "ci",
                              "--case", "sampled-over", "--build", "16x512x16"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -97,6 +97,6 @@ def test_cli_model_one_build():
     assert overflow and sampled, intents
     assert (f"16x512x16  path short=0 sampled={sampled} direct={len(intents) - sampled} | "
             f"fallback overflow={overflow} underflow=0") in result.stdout
-    bad = subprocess.run([sys.executable, "-m", "conformance", "--impl", "model", "--build", "2x512x8"],
+    bad = subprocess.run([sys.executable, "-m", "decode_topk.conformance", "--impl", "model", "--build", "2x512x8"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "2x512x8" in bad.stderr

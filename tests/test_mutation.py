@@ -1,6 +1,6 @@
 """The mutation campaign (conformance/mutation.py) works: planted bugs in several steps of
 the model are caught, and a bug no case can show is reported as a survivor. The whole
-campaign (`python -m conformance.mutation`, every mutant) runs in CI's script."""
+campaign (`python -m decode_topk.conformance.mutation`, every mutant) runs in CI's script."""
 
 import subprocess
 import sys
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.mutation import run_campaign
-from reference.model import MUTANTS
+from decode_topk.conformance.mutation import run_campaign
+from decode_topk.reference.model import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,14 +40,14 @@ def test_unknown_mutant_is_an_error():
 
 
 def test_cli_lists_mutants():
-    result = subprocess.run([sys.executable, "-m", "conformance.mutation", "--list"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "decode_topk.conformance.mutation", "--list"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
     assert len(result.stdout.splitlines()) == len(MUTANTS) >= 40
 
 
 def test_cli_exits_one_on_a_survivor():
-    result = subprocess.run([sys.executable, "-m", "conformance.mutation", "--mutant", "q_floor",
+    result = subprocess.run([sys.executable, "-m", "decode_topk.conformance.mutation", "--mutant", "q_floor",
                              "--case", "one-value", "--build", "8x512x8"], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr

@@ -20,8 +20,8 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import Int32  # noqa: E402
 from cutlass.cute.runtime import from_dlpack  # noqa: E402
 
-from conformance.checker import check  # noqa: E402
-from kernel import decode_topk_cute as dtk  # noqa: E402
+from decode_topk.conformance.checker import check  # noqa: E402
+from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 

@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _brute import reference_row
-from conformance.checker import check
-from reference import decode_topk_reference, element_keys, validate_inputs
+from decode_topk.conformance.checker import check
+from decode_topk.reference import decode_topk_reference, element_keys, validate_inputs
 
 SPECIALS = np.array([0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81, 0x3F80], np.uint16)
 
@@ -122,7 +122,7 @@ def test_invalid_input_raises(logits, lengths, k, message):
 
 
 def test_seq_lens_lengths_is_the_engine_convention():
-    from reference.topk import seq_lens_lengths
+    from decode_topk.reference.topk import seq_lens_lengths
 
     # request 0: 10 tokens, its 3 drafts see 8, 9, 10 (one capped at the width 9);
     # request 1: 0 tokens, all clamp to 0; request 2: 1 token, the first drafts clamp to 0

@@ -1,7 +1,7 @@
 """kernel/resources.py's ptxas-report parser on both forms the DSL prints (plain, and
 wrapped inside a spill remark). kernel.resources imports the DSL only in its workers."""
 
-from kernel.resources import launch_config, parse_ptxas
+from decode_topk.kernel.resources import launch_config, parse_ptxas
 
 PLAIN = """\x1b[96mremark[ptxas info]:\x1b[0m ptxas output: ptxas info    : 0 bytes gmem
 ptxas info    : Compiling entry function 'kernel_a' for 'sm_90a'

@@ -8,9 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import _entries  # noqa: E402
-from conformance.checker import check  # noqa: E402
-from kernel.aot_loader import POISON  # noqa: E402
-from reference.topk import seq_lens_lengths  # noqa: E402
+from decode_topk.conformance.checker import check  # noqa: E402
+from decode_topk.kernel.aot_loader import POISON  # noqa: E402
+from decode_topk.reference.topk import seq_lens_lengths  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

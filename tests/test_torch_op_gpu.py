@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import _entries  # noqa: E402
-from conformance import gpu_check  # noqa: E402
-from kernel.aot_loader import POISON  # noqa: E402
+from decode_topk.conformance import gpu_check  # noqa: E402
+from decode_topk.kernel.aot_loader import POISON  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -18,14 +18,14 @@ pytestmark = pytest.mark.gpu
 def _prepare(width):
     """Compile (DSL) what the calls below launch; the AOT library loads on first use."""
     if _entries._have_dsl():
-        from kernel import decode_topk_cute as dtk
+        from decode_topk.kernel import decode_topk_cute as dtk
 
         dtk.precompile(width)
 
 
 @pytest.mark.parametrize("call", _entries.params())
 def test_torch_compile_traces_the_op(call):
-    import kernel.torch_ops  # noqa: F401
+    import decode_topk.kernel.torch_ops  # noqa: F401
 
     logits, lengths, _ = gpu_check.make_batch(8, 131072, seed=11)
 
@@ -53,7 +53,7 @@ def test_no_allocation_or_compilation_once_prepared(call):
     torch.cuda.synchronize()
     compiled_before = None
     if _entries._have_dsl():
-        from kernel import decode_topk_cute as dtk
+        from decode_topk.kernel import decode_topk_cute as dtk
 
         compiled_before = len(dtk._compiled)
     allocations = torch.cuda.memory_stats()["allocation.all.allocated"]

@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import kernel.torch_ops as ops  # noqa: E402
+import decode_topk.kernel.torch_ops as ops  # noqa: E402
 
 
 def _meta(rows, width, k, requests=None):

@@ -4,10 +4,10 @@ the algorithm cases take their intended paths in every build."""
 import numpy as np
 import pytest
 
-from conformance import algorithm_cases as A
-from conformance.cases import cases
-from conformance.trace import FIELDS, compare_traces, coverage, expected_trace, trace_invariants
-from reference.model import all_builds, build_name, simulate
+from decode_topk.conformance import algorithm_cases as A
+from decode_topk.conformance.cases import cases
+from decode_topk.conformance.trace import FIELDS, compare_traces, coverage, expected_trace, trace_invariants
+from decode_topk.reference.model import all_builds, build_name, simulate
 
 BUILDS = all_builds()
 

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import _entries  # noqa: E402
-from reference import policy  # noqa: E402
+from decode_topk.reference import policy  # noqa: E402
 
 
 def _resident(cluster, vectors):
@@ -123,7 +123,7 @@ def test_bad_input_raises_before_launch(call, kind):
 @pytest.mark.gpu
 @pytest.mark.parametrize("call", _entries.params())
 def test_too_many_rows_for_two_waves_of_the_16_cta_build(call):
-    from kernel import aot_loader
+    from decode_topk.kernel import aot_loader
 
     width = policy.MAX_WIDTH
     limit = policy.WAVES_16 * (aot_loader.max_active_clusters(512, 16, 16) if _entries._have_aot() else 7)
