@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 
 from decode_topk.conformance.cases import indexer_rows, normal_bits  # noqa: E402
 from decode_topk.conformance.trace import q_for  # noqa: E402
-from decode_topk.reference import policy  # noqa: E402
+from decode_topk.kernel import policy  # noqa: E402
 from decode_topk.reference.model import simulate  # noqa: E402
 
 
@@ -41,9 +41,9 @@ def main(argv=None):
             else:
                 bits = indexer_rows(rng, args.rows, width, float(kind[3:]), 32, 64)
             lengths = np.full(args.rows, width, np.int32)
-            cluster, _, vectors = policy.build_for(8, width, lambda c, v: 15)
+            build = policy.build_for(8, width, lambda b: 15)
             for k in policy.KS:
-                _, trace = simulate(bits, lengths, k, False, cluster=cluster, vectors=vectors)
+                _, trace = simulate(bits, lengths, k, False, build=build)
                 over, under = (trace[:, 1] == 1).mean(), (trace[:, 1] == 2).mean()
                 first = (trace[:, 4] + trace[:, 5] > policy.SURVIVOR_CAPACITY).mean()
                 print(f"| {kind} | {width} | {k} | {q_for(width, k)} | {over:.1%} | {under:.1%} | {first:.1%} | "

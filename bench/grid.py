@@ -4,15 +4,22 @@
         [--ks 512 2048] [--data rho0.9 rho0.999 gaussian] [--ragged] [--next-n N]
         [--targets] [--budget SECONDS]
     python bench/grid.py report GRID.json [EXTRA.json ...] [--targets TARGETS.json]
-        [--png bench/results/grid.png] [--results bench/RESULTS.md]
+        [--png bench/results/grid.png] [--results bench/RESULTS.md] [--data rho0.9]
+        [--peer-time topk_us us e2e_us]
 
 `run` (on the H200, no DSL needed: the AOT libraries .aot and .aot_sol are carried) times
 every point of rows x valid length x k in token mode, plus block mode (top-2048 blocks)
-at 1,048,576, for each data kind, and writes DIR/grid.json and DIR/grid.md. `report` (here:
-it needs matplotlib) turns the JSON into the PNG (time against length, one line per row
-count, a panel per k and data kind, torch.topk and the floor beside) and writes
-bench/RESULTS.md whole (targets, summary, every table), so no table there is kept by
-hand; EXTRA files (the --ragged and --next-n runs) add their tables.
+at 1,048,576, for each data kind, and writes DIR/grid.json and DIR/grid.md. `report` (any
+machine; it needs matplotlib) turns the JSON into the PNG and writes bench/RESULTS.md
+whole (how to read it, targets, summary, every table), so no table there is kept by hand;
+EXTRA files (the --ragged and --next-n runs) add their tables. The PNG has a column of
+panels a k and a panel a row count: time against valid length on log axes, DecodeTopK,
+the fastest valid peer (marked by which) and the floor on one data kind (--data), DecodeTopK
+on the others as thin lines, block mode as stars, issue 6's targets and quoted peer times.
+Peers: torch.topk (valid where every row is at the full width in token mode) and any
+named peers a point carries (`peers`: {name: record}, e.g. from `run --peers`), each timed
+by the first of --peer-time's keys its record has and excluded when its `valid` flag is
+false, unsupported or failed; RESULTS.md gives each named peer a column.
 
 Data (made on the GPU): indexer-like logits sum_h w_h relu(q_h . k_s) / sqrt(64), 32 heads,
 keys sqrt(rho) kbar + sqrt(1 - rho) eps (conformance.cases.indexer_logits, in torch) at
@@ -47,6 +54,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from decode_topk.conformance.gpu_impl import POISON
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -136,10 +145,10 @@ def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
         seq = torch.full((requests,), length, dtype=torch.int32, device="cuda")
     lengths = gpu_check.seq_lens_lengths(seq, next_n, width)
     resident = aot.resident_for(k, block_mode)
-    cluster, threads, vectors = policy.build_for(rows, width, resident)
+    build = policy.build_for(rows, width, resident)
     slices = aot.launch_slices(rows, width, k, block_mode, next_n)
-    rec.update(build=f"{cluster}x{threads}x{vectors}", launches=len(slices))
-    out = torch.full((rows, k), aot.POISON, dtype=torch.int32, device="cuda")
+    rec.update(build=build.name, launches=len(slices))
+    out = torch.full((rows, k), POISON, dtype=torch.int32, device="cuda")
 
     def dtk():
         for s in slices:
@@ -155,7 +164,7 @@ def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
         return rec
     rec["dtk_us"] = ctx["timer"].us(dtk)
     floor_out = torch.empty_like(out)
-    rec["floor_us"] = ctx["timer"].us(lambda: sol(logits, lengths, floor_out, k, (cluster, vectors)))
+    rec["floor_us"] = ctx["timer"].us(lambda: sol(logits, lengths, floor_out, k, build))
     if block_mode:
         rec["torch_us"] = ctx["timer"].us(lambda: torch.topk(logits.view(rows, width // 8, 8).amax(dim=2), k, dim=1))
     else:
@@ -169,7 +178,7 @@ def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
 
 
 def sol_launcher(aot, torch):
-    """floor(logits, lengths, out, k, (cluster, vectors)): the speed-of-light kernel from
+    """floor(logits, lengths, out, k, build): the speed-of-light kernel from
     .aot_sol (built by kernel/aot.py from bench/speed_of_light.py, hash-checked)."""
     import ctypes
 
@@ -177,7 +186,7 @@ def sol_launcher(aot, torch):
 
     def launch(logits, lengths, out, k, build):
         rows, width = logits.shape
-        err = lib.dtk_launch(k, build[0], build[1], 0, 0, ctypes.c_void_p(logits.data_ptr()), rows, width,
+        err = lib.dtk_launch(k, build.cluster, build.vectors, 0, 0, ctypes.c_void_p(logits.data_ptr()), rows, width,
                              logits.stride(0), ctypes.c_void_p(lengths.data_ptr()), 1,
                              ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(0),
                              ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
@@ -191,7 +200,7 @@ def run(args):
 
     from decode_topk.conformance import gpu_check
     from decode_topk.kernel import aot_loader
-    from decode_topk.reference import policy
+    from decode_topk.kernel import policy
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -248,30 +257,129 @@ def run(args):
 # ---------------------------------------------------------------------------------------
 # tables and plot (anywhere)
 # ---------------------------------------------------------------------------------------
+TORCH = "torch.topk"
+# TARGETS' second number: issue 6 quotes it as another project's CuTe DSL cluster radix
+# top-k, timed on the same H200 with the same data; this script never runs it.
+ISSUE6_PEER = "issue 6 peer"
+# A named peer's time (`run --peers` records): the first of these keys the record has.
+# topk_us: the peer's kernels on input already in its own dtype (FP32 for vLLM and
+# SGLang, BF16 for FlashInfer); e2e_us: BF16 in, the upcast included.
+PEER_TIME_KEYS = ("topk_us", "us", "e2e_us")
+
+
 def _label(p):
     extra = (" ragged" if p.get("ragged") else "") + (f" next_n={p['next_n']}" if p.get("next_n", 1) > 1 else "")
     return f"{p['data']} {p['mode']}{extra}"
 
 
-def table(results):
-    head = ("| data | mode | rows | length | k | build | launches | dtk us | floor us | torch us | dtk/floor "
-            "| dtk/torch | dtk TB/s | floor TB/s | target us | peer us |")
+def _full_rows(p):
+    """Token mode with every row at the full width: there torch.topk(logits, k) is an answer
+    the contract allows (it ignores lengths, and in block mode the pinned newest block)."""
+    return (p.get("mode") == "token" and not p.get("ragged") and p.get("next_n", 1) == 1
+            and p.get("width", p["length"]) == p["length"])
+
+
+def named_peers(p):
+    """{name: record} of the peers a point carries: `peers` as a dict name -> record, or a
+    list of records each with a `name` (or `peer`) key. Any name is taken as it is."""
+    peers = p.get("peers") or {}
+    if isinstance(peers, list):
+        peers = {r.get("name") or r.get("peer"): r for r in peers if isinstance(r, dict)}
+    return {str(n): r for n, r in peers.items() if isinstance(r, dict)}
+
+
+def _peer_us(rec, time_keys):
+    for key in time_keys:
+        if isinstance(rec.get(key), (int, float)):
+            return rec[key]
+    return None
+
+
+def _peer_status(rec, us):
+    """valid (flag true), unchecked (no flag), invalid (flag false), n/a (unsupported), failed."""
+    if rec.get("unsupported"):
+        return "n/a"
+    if rec.get("error") or us is None:
+        return "failed"
+    return {True: "valid", False: "invalid"}.get(rec.get("valid"), "unchecked")
+
+
+def candidates(p, time_keys=PEER_TIME_KEYS):
+    """[(name, us, status)] of every peer of a point: the named peers, then torch.topk, which
+    counts as valid only where its answer is the contract's (_full_rows)."""
+    out = []
+    for name, rec in sorted(named_peers(p).items()):
+        us = _peer_us(rec, time_keys)
+        out.append((name, us, _peer_status(rec, us)))
+    if isinstance(p.get("torch_us"), (int, float)):
+        out.append((TORCH, p["torch_us"], "valid" if _full_rows(p) else "not the contract"))
+    return out
+
+
+def fastest_valid(p, time_keys=PEER_TIME_KEYS):
+    """(us, name) of the fastest peer not shown invalid (a validity flag, where the record
+    has one, must be true), else (None, None)."""
+    ok = [(us, name) for name, us, status in candidates(p, time_keys) if status in ("valid", "unchecked")]
+    return min(ok) if ok else (None, None)
+
+
+def peer_names(*runs):
+    """The named peers present in any point of these runs, sorted."""
+    return sorted({n for res in runs if res for p in res["points"] for n in named_peers(p)})
+
+
+def _peer_cell(p, name, time_keys):
+    rec = named_peers(p).get(name)
+    if rec is None:
+        return ""
+    us = _peer_us(rec, time_keys)
+    status = _peer_status(rec, us)
+    if status == "valid":
+        return f"{us}"
+    if status in ("n/a", "failed"):
+        return status
+    return f"{us} ({status})"
+
+
+def _fastest_cell(p, time_keys):
+    us, name = fastest_valid(p, time_keys)
+    return "" if us is None else f"{us} ({name})"
+
+
+def _issue6(p):
+    """(target us, issue 6 peer us) where the point is one of issue 6's (rho 0.9, token, full rows)."""
+    target, peer, _ = TARGETS.get((p["rows"], p["length"], p["k"]), (None, None, None))
+    if p.get("data") != "rho0.9" or not _full_rows(p):
+        return None, None
+    return target, peer
+
+
+def table(results, names=None, time_keys=PEER_TIME_KEYS):
+    """The run's points as a markdown table, a line of provenance first. `names`: the named
+    peers to give a column each (default: those in the run); with any, a column names the
+    fastest valid peer of each point."""
+    names = peer_names(results) if names is None else names
+    cols = ["data", "mode", "rows", "length", "k", "build", "launches", "DecodeTopK us", "floor us",
+            "torch.topk us", "DecodeTopK / floor", "DecodeTopK / torch.topk", "DecodeTopK TB/s", "floor TB/s"]
+    cols += [f"{n} us" for n in names] + (["fastest valid peer us"] if names else [])
+    cols += ["issue 6 target us", f"{ISSUE6_PEER} us"]
     lines = [f"{results['gpu']}, {results['date']}, torch {results['torch']}, kernel "
-             f"{results['kernel_source_sha256'][:12]}; {results['timing']}.", "", head,
-             "|" + "---|" * (head.count("|") - 1)]
+             f"{results['kernel_source_sha256'][:12]}; {results['timing']}.", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for p in results["points"]:
         if "error" in p or p.get("violations"):
-            lines.append(f"| {p['data']} | {p.get('mode', '')} | {p['rows']} | {p['length']} | {p['k']} | "
-                         f"{p.get('build', '')} | | **{p.get('error') or str(p['violations']) + ' violations'}** "
-                         f"| | | | | | | | |")
+            what = p.get("error") or f"{p['violations']} violations"
+            cells = [p["data"], p.get("mode", ""), p["rows"], p["length"], p["k"], p.get("build", ""), "",
+                     f"**{what}**"]
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |" + " |" * (len(cols) - len(cells)))
             continue
-        target, peer, _ = TARGETS.get((p["rows"], p["length"], p["k"]), (None, None, None))
-        if p["mode"] == "block" or p["data"] != "rho0.9" or p.get("ragged") or p.get("next_n", 1) > 1:
-            target = peer = None
-        lines.append(f"| {_label(p).split(' ', 1)[0]} | {_label(p).split(' ', 1)[1]} | {p['rows']} | "
-                     f"{p['length']} | {p['k']} | {p['build']} | {p['launches']} | {p['dtk_us']} | "
-                     f"{p['floor_us']} | {p['torch_us']} | {p['vs_floor']} | {p['vs_torch']} | {p['dtk_tb_s']} | "
-                     f"{p['floor_tb_s']} | {target or ''} | {peer or ''} |")
+        data, mode = _label(p).split(" ", 1)
+        target, peer = _issue6(p)
+        cells = [data, mode, p["rows"], p["length"], p["k"], p["build"], p["launches"], p["dtk_us"], p["floor_us"],
+                 p["torch_us"], p["vs_floor"], p["vs_torch"], p["dtk_tb_s"], p["floor_tb_s"]]
+        cells += [_peer_cell(p, n, time_keys) for n in names] + ([_fastest_cell(p, time_keys)] if names else [])
+        cells += [target or "", peer or ""]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -290,92 +398,216 @@ def short_table(results):
     return "\n".join(lines)
 
 
-def plot(results, png):
+# One colour a series (distinct under the common colour-vision deficiencies: Okabe-Ito).
+C_DTK, C_PEER, C_FLOOR, C_TARGET = "#0072B2", "#E69F00", "#000000", "#D55E00"
+C_OTHER = ("#009E73", "#CC79A7", "#56B4E9", "#F0E442")
+PEER_MARKERS = ("s", "D", "^", "v", "P", "X", "h", "<", ">", "p")
+
+
+def _length_label(n):
+    return f"{n >> 20}M" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n >> 10}K" if n % 1024 == 0 else str(n)
+
+
+def plot(results, png, data=None, time_keys=PEER_TIME_KEYS):
+    """The PNG: a column a k, a row of panels a row count; time against valid length on log
+    axes. In each panel: DecodeTopK, the fastest valid peer (its marker says which peer)
+    and the speed-of-light floor on the main data kind (`data`, default rho0.9), DecodeTopK
+    on the other data kinds as thin lines, block mode as stars at its length, issue 6's
+    targets and quoted peer times where the panel has one."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
-    points = [p for p in results["points"] if "dtk_us" in p and p["mode"] == "token"
-              and not p.get("ragged") and p.get("next_n", 1) == 1]
+    points = [p for p in results["points"] if "dtk_us" in p and not p.get("ragged") and p.get("next_n", 1) == 1]
     kinds = sorted({p["data"] for p in points})
-    ks = sorted({p["k"] for p in points})
-    fig, axes = plt.subplots(len(ks), len(kinds), figsize=(5.5 * len(kinds), 4.5 * len(ks)), squeeze=False,
-                             sharex=True)
+    main = data or ("rho0.9" if "rho0.9" in kinds else kinds[0])
+    others = [d for d in kinds if d != main]
+    token = [p for p in points if p["mode"] == "token"]
+    ks = sorted({p["k"] for p in token} | {p["k"] for p in points if p["mode"] == "block"})
     rows_all = sorted({p["rows"] for p in points})
-    colors = {r: plt.cm.viridis(i / max(1, len(rows_all) - 1)) for i, r in enumerate(rows_all)}
-    for i, k in enumerate(ks):
-        for j, kind in enumerate(kinds):
+    lengths = sorted({p["length"] for p in points})
+    winners = sorted({fastest_valid(p, time_keys)[1] for p in points if p["data"] == main} - {None},
+                     key=lambda n: (n != TORCH, n))
+    marker = {n: PEER_MARKERS[i % len(PEER_MARKERS)] for i, n in enumerate(winners)}
+
+    fig, axes = plt.subplots(len(rows_all), len(ks), figsize=(6.4 * len(ks), 2.9 * len(rows_all) + 1.9),
+                             squeeze=False, sharex=True)
+    for i, r in enumerate(rows_all):
+        for j, k in enumerate(ks):
             ax = axes[i][j]
-            for r in rows_all:
-                sel = sorted((p for p in points if p["k"] == k and p["data"] == kind and p["rows"] == r),
-                             key=lambda p: p["length"])
-                if not sel:
-                    continue
-                x = [p["length"] for p in sel]
-                ax.plot(x, [p["dtk_us"] for p in sel], "-o", color=colors[r], label=f"DecodeTopK {r} rows")
-                ax.plot(x, [p["floor_us"] for p in sel], ":", color=colors[r], label=f"floor {r} rows")
-                ax.plot(x, [p["torch_us"] for p in sel], "--", color=colors[r], alpha=0.5,
-                        label=f"torch.topk {r} rows")
+
+            def sel(kind, mode):
+                return sorted((p for p in points if (p["data"], p["mode"], p["rows"], p["k"]) == (kind, mode, r, k)),
+                              key=lambda p: p["length"])
+
+            for c, kind in zip(C_OTHER, others):
+                s = sel(kind, "token")
+                if s:
+                    ax.plot([p["length"] for p in s], [p["dtk_us"] for p in s], "-", color=c, lw=1.1, alpha=0.9)
+            s = sel(main, "token")
+            if s:
+                x = [p["length"] for p in s]
+                ax.plot(x, [p["floor_us"] for p in s], ":", color=C_FLOOR, lw=1.8)
+                best = [(p["length"],) + fastest_valid(p, time_keys) for p in s]
+                best = [b for b in best if b[1] is not None]
+                if best:
+                    ax.plot([b[0] for b in best], [b[1] for b in best], "--", color=C_PEER, lw=2)
+                    for n in winners:
+                        w = [b for b in best if b[2] == n]
+                        if w:
+                            ax.plot([b[0] for b in w], [b[1] for b in w], marker[n], color=C_PEER, ms=6,
+                                    mec="black", mew=0.6, ls="none")
+                ax.plot(x, [p["dtk_us"] for p in s], "-o", color=C_DTK, lw=2.2, ms=4.5)
+                ratios = [p["dtk_us"] / b[1] for p, b in zip(s, [(p["length"],) + fastest_valid(p, time_keys)
+                                                                for p in s]) if b[1]]
+                if ratios:
+                    ax.text(0.02, 0.96, f"DecodeTopK / fastest valid peer: {min(ratios):.2f} to {max(ratios):.2f}",
+                            transform=ax.transAxes, va="top", fontsize=8.5,
+                            bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="0.8", alpha=0.9))
+            for p in sel(main, "block"):
+                ax.plot([p["length"]], [p["dtk_us"]], "*", color=C_DTK, ms=15, mec="black", mew=0.7)
+                ax.plot([p["length"]], [p["floor_us"]], "*", color="white", ms=13, mec=C_FLOOR, mew=1.2)
+                us, _ = fastest_valid(p, time_keys)
+                if us is not None:
+                    ax.plot([p["length"]], [us], "*", color=C_PEER, ms=13, mec="black", mew=0.7)
+            if main == "rho0.9":
+                for (tr, tn, tk), (target, peer, _) in TARGETS.items():
+                    if (tr, tk) == (r, k) and tn in lengths:
+                        ax.plot([tn], [target], "_", color=C_TARGET, ms=18, mew=2.5)
+                        ax.plot([tn], [peer], "d", color="none", mec=C_TARGET, ms=7, mew=1.4)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
-            ax.set_title(f"{kind}, k={k} (token)")
-            ax.set_xlabel("valid length (logits a row)")
-            ax.set_ylabel("median us")
-            ax.grid(True, which="both", alpha=0.3)
-    axes[0][-1].legend(fontsize=6, ncol=3, loc="upper left")
-    fig.suptitle(f"DecodeTopK vs torch.topk vs speed-of-light, {results['gpu']}, {results['date']} "
-                 f"(solid: DecodeTopK, dotted: floor, dashed: torch.topk)")
-    fig.tight_layout()
+            ax.set_xticks(lengths)
+            ax.set_xticklabels([_length_label(n) for n in lengths])
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+            ax.yaxis.set_major_formatter(ScalarFormatter())
+            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.grid(True, which="major", alpha=0.35)
+            ax.set_title(f"k = {k}, {r} row{'s' if r > 1 else ''}", fontsize=11)
+            if j == 0:
+                ax.set_ylabel("median us")
+            if i == len(rows_all) - 1:
+                ax.set_xlabel("valid length (logits a row)")
+    handles = [Line2D([], [], color=C_DTK, lw=2.2, marker="o", ms=4.5, label=f"DecodeTopK ({main})"),
+               Line2D([], [], color=C_PEER, lw=2, ls="--", label="fastest valid peer (marker: which)"),
+               Line2D([], [], color=C_FLOOR, lw=1.8, ls=":", label="floor: speed-of-light kernel, same launch")]
+    handles += [Line2D([], [], color=C_PEER, marker=marker[n], ls="none", mec="black", mew=0.6, ms=6,
+                       label=f"fastest: {n}" + (" (full-length rows)" if n == TORCH else "")) for n in winners]
+    handles += [Line2D([], [], color=c, lw=1.1, label=f"DecodeTopK ({kind})") for c, kind in zip(C_OTHER, others)]
+    if any(p["mode"] == "block" for p in points):
+        handles += [Line2D([], [], color=C_DTK, marker="*", ms=13, mec="black", ls="none",
+                           label="block mode (top-k of 8-logit blocks): DecodeTopK"),
+                    Line2D([], [], color="white", marker="*", ms=12, mec=C_FLOOR, mew=1.2, ls="none",
+                           label="block mode: floor")]
+        block_main = [p for p in points if p["mode"] == "block" and p["data"] == main]
+        if any(fastest_valid(p, time_keys)[0] is not None for p in block_main):
+            handles.append(Line2D([], [], color=C_PEER, marker="*", ms=12, mec="black", ls="none",
+                                  label="block mode: fastest valid peer"))
+    if main == "rho0.9":
+        handles += [Line2D([], [], color=C_TARGET, marker="_", ms=16, mew=2.5, ls="none", label="issue 6 target"),
+                    Line2D([], [], color="none", marker="d", mec=C_TARGET, ms=7, mew=1.4, ls="none",
+                           label="issue 6 peer (quoted, not run here)")]
+    fig.legend(handles=handles, loc="upper center", ncol=3, fontsize=10, frameon=False,
+               bbox_to_anchor=(0.5, 1 - 0.5 / fig.get_figheight()))
+    fig.suptitle(f"DecodeTopK, {results['gpu']}, {results['date']}, kernel source "
+                 f"{results['kernel_source_sha256'][:12]}: token mode on {main} data unless marked",
+                 fontsize=13, y=1 - 0.12 / fig.get_figheight())
+    fig.tight_layout(rect=(0, 0, 1, 1 - 1.4 / fig.get_figheight()))
     Path(png).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
 
 
-def _ratio_summary(points):
+def _ratio_summary(points, time_keys=PEER_TIME_KEYS):
     ok = [p for p in points if "dtk_us" in p]
     if not ok:
         return "no timed points"
     floor = sorted(p["vs_floor"] for p in ok)
     torch_ = sorted(p["vs_torch"] for p in ok)
-    return (f"{len(ok)} points; DecodeTopK / floor: median {statistics.median(floor):.2f}, best {floor[0]:.2f}, "
+    text = (f"{len(ok)} points; DecodeTopK / floor: median {statistics.median(floor):.2f}, best {floor[0]:.2f}, "
             f"worst {floor[-1]:.2f}, within 1.5x at {sum(f <= 1.5 for f in floor)}; DecodeTopK / torch.topk: "
             f"median {statistics.median(torch_):.2f}, best {torch_[0]:.2f}, worst {torch_[-1]:.2f}, "
             f"at most 1/5 at {sum(t <= 0.2 for t in torch_)}")
+    if any(named_peers(p) for p in ok):
+        vs = sorted(p["dtk_us"] / us for p in ok for us, _ in [fastest_valid(p, time_keys)] if us)
+        if vs:
+            text += (f"; DecodeTopK / fastest valid peer (torch.topk included where valid): median "
+                     f"{statistics.median(vs):.2f}, best {vs[0]:.2f}, worst {vs[-1]:.2f}, faster at "
+                     f"{sum(v < 1 for v in vs)} of {len(vs)}")
+    return text
 
 
-def results_md(results, extras, png, targets=None):
-    """bench/RESULTS.md, whole: the targets (from the grid, else from the --targets run),
-    a summary and every table of the runs."""
+def _rel(path, start):
+    return os.path.relpath(Path(path).resolve(), Path(start).resolve())
+
+
+def results_md(results, extras, png, targets=None, time_keys=PEER_TIME_KEYS, command=None, md_path=None):
+    """bench/RESULTS.md, whole: how to read it, the targets (from the grid, else from the
+    --targets run), a summary, the plot and every table of the runs."""
+    md_dir = Path(md_path).parent if md_path else REPO / "bench"
     points = results["points"]
     target_points = points + (targets["points"] if targets else [])
+    names = peer_names(results, targets, *extras)
+    peer_note = (f"Named peers in these runs: {', '.join(names)}; each one's time is the first of "
+                 f"`{'`, `'.join(time_keys)}` its record has, and a peer counts as valid unless its validity "
+                 "flag says otherwise ('(invalid)' marks one that does, '(unchecked)' one without a flag)."
+                 if names else
+                 "No run here carries named peers yet (`run --peers` adds them), so the fastest valid peer is "
+                 "torch.topk wherever it is valid, and none elsewhere (block mode, ragged and next_n rows).")
     lines = ["# DecodeTopK benchmark results", "",
-             "Generated by `python bench/grid.py report` from the JSON of `python bench/grid.py run` on the H200 "
-             "(do not edit by hand; bench/NOTES.md has the analysis).", "",
+             "Generated by `" + (command or "python bench/grid.py report") + "` from the JSON that "
+             "`python bench/grid.py run` wrote on the GPU. Do not edit it by hand; bench/NOTES.md has the "
+             "analysis.", "",
              f"{results['gpu']}, {results['date']}, torch {results['torch']}, kernel source "
-             f"`{results['kernel_source_sha256'][:12]}`. Timing: {results['timing']}. Every point's output "
-             "passed the contract check before it was timed.", "",
-             "## Issue 6 targets (rho 0.9, token mode)", "",
-             "| rows | length | k | target us | DecodeTopK us | met | floor us | torch.topk us | peer us | "
-             "DecodeTopK / floor | DecodeTopK / torch |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"`{results['kernel_source_sha256'][:12]}`. Timing: {results['timing']}. Every point's DecodeTopK "
+             "output passed the contract check before it was timed.", "",
+             "What the columns are:", "",
+             "- **DecodeTopK**: this kernel, on the launch policy's build (`build`); `launches` > 1 where the "
+             "rows exceed the 16-CTA build's two waves.",
+             "- **floor**: bench/speed_of_light.py. It has DecodeTopK's launch (clusters, threads, shared "
+             "memory) and loads, writes k indices and selects nothing: the floor of this launch shape, not "
+             "of the GPU.",
+             "- **torch.topk**: `torch.topk(logits, k, dim=1)` over the full width (block mode: the amax "
+             "over 8-logit blocks, then topk). It ignores per-row lengths and the pinned newest block, so "
+             "its answer is the contract's only in token mode with every row at the full width. The grid "
+             "does not check its output.",
+             f"- **issue 6 target** and **{ISSUE6_PEER}**: the target time, and the time issue 6 quotes "
+             "for another project's CuTe DSL cluster radix top-k on the same H200 and data, at issue 6's "
+             "nine points. These are quoted, not run by this script.",
+             "- **fastest valid peer**: the fastest of torch.topk (where its answer is the contract's) and "
+             "the named peers a run carries. " + peer_note, "",
+             "## Issue 6 targets (rho 0.9, token mode)", ""]
+    cols = ["rows", "length", "k", "target us", "DecodeTopK us", "met", "floor us", "torch.topk us",
+            f"{ISSUE6_PEER} us"] + [f"{n} us" for n in names] + (["fastest valid peer us"] if names else []) + \
+           ["DecodeTopK / floor", "DecodeTopK / torch.topk"]
+    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for (r, n, k), (target, peer, _) in TARGETS.items():
         for p in target_points:
             if (p["rows"], p["length"], p["k"], p["data"], p["mode"]) == (r, n, k, "rho0.9", "token") \
                     and "dtk_us" in p and not p.get("ragged") and p.get("next_n", 1) == 1:
                 source = "" if p in points else f" (`run --targets`, kernel {targets['kernel_source_sha256'][:12]})"
                 met = "yes" if p["dtk_us"] <= target else f"no ({p['dtk_us'] / target:.1f}x)"
-                lines.append(f"| {r} | {n} | {k} | {target} | {p['dtk_us']}{source} | {met} | {p['floor_us']} | "
-                             f"{p['torch_us']} | {peer} | {p['vs_floor']} | {p['vs_torch']} |")
+                cells = [r, n, k, target, f"{p['dtk_us']}{source}", met, p["floor_us"], p["torch_us"], peer]
+                cells += [_peer_cell(p, m, time_keys) for m in names] + \
+                    ([_fastest_cell(p, time_keys)] if names else [])
+                cells += [p["vs_floor"], p["vs_torch"]]
+                lines.append("| " + " | ".join(str(c) for c in cells) + " |")
                 break
-    lines += ["", "Targets also ask every point within 1.5x of the floor and at most 1/5 of torch.topk. "
-              "Over the grid: " + _ratio_summary(points) + ".", "",
-              f"![time against length]({Path(png).resolve().relative_to(REPO / 'bench')})",
-              "", "## The grid", "", table(results).split("\n", 2)[2]]
+    lines += ["", "The targets also ask for every point within 1.5x of the floor and at most 1/5 of torch.topk. "
+              "Over the grid: " + _ratio_summary(points, time_keys) + ".", "",
+              f"![DecodeTopK, the fastest valid peer and the floor against the valid length]({_rel(png, md_dir)})",
+              "", "## The grid", "", table(results, names, time_keys).split("\n", 2)[2]]
     for extra in extras:
         kind = "ragged lengths (0.7-1.3 x nominal)" if any(p.get("ragged") for p in extra["points"]) else \
             f"next_n = {extra['points'][0].get('next_n')} (decode_topk_seq_lens)"
         sha = extra["kernel_source_sha256"][:12]
         if sha != results["kernel_source_sha256"][:12]:
             kind += f" (kernel source `{sha}`, {extra['date']})"
-        lines += [f"## {kind}", "", _ratio_summary(extra["points"]) + ".", "", table(extra).split("\n", 2)[2]]
+        lines += [f"## {kind}", "", _ratio_summary(extra["points"], time_keys) + ".", "",
+                  table(extra, names, time_keys).split("\n", 2)[2]]
     return "\n".join(lines)
 
 
@@ -383,11 +615,29 @@ def report(args):
     results = json.loads(Path(args.json).read_text())
     extras = [json.loads(Path(e).read_text()) for e in args.extra]
     targets = json.loads(Path(args.targets).read_text()) if args.targets else None
-    plot(results, args.png)
+    time_keys = tuple(args.peer_time)
+    plot(results, args.png, data=args.data, time_keys=time_keys)
     print(f"wrote {args.png}")
-    Path(args.results).write_text(results_md(results, extras, args.png, targets))
+    command = " ".join(["python bench/grid.py report", _rel(args.json, REPO), *(_rel(e, REPO) for e in args.extra)]
+                       + ([f"--targets {_rel(args.targets, REPO)}"] if args.targets else [])
+                       + [f"--png {_rel(args.png, REPO)}"]
+                       + ([f"--data {args.data}"] if args.data else [])
+                       + ([f"--peer-time {' '.join(time_keys)}"] if time_keys != PEER_TIME_KEYS else []))
+    Path(args.results).write_text(results_md(results, extras, args.png, targets, time_keys, command, args.results))
     print(f"wrote {args.results}")
     return 0
+
+
+def add_report_arguments(p):
+    p.add_argument("json", help="the grid JSON of `run` (its points make the plot and the main table)")
+    p.add_argument("extra", nargs="*", help="more grid JSON files (--ragged, --next-n runs): a table each")
+    p.add_argument("--png", default=str(REPO / "bench" / "results" / "grid.png"), help="where the plot goes")
+    p.add_argument("--results", default=str(REPO / "bench" / "RESULTS.md"), help="where RESULTS.md goes")
+    p.add_argument("--targets", default=None, help="a `run --targets` JSON, for target points not in the grid")
+    p.add_argument("--data", default=None, help="the data kind the plot draws peers and floor for (default rho0.9)")
+    p.add_argument("--peer-time", nargs="+", default=list(PEER_TIME_KEYS), metavar="KEY",
+                   help="the keys of a named peer's record to take its time from, first present wins "
+                        f"(default: {' '.join(PEER_TIME_KEYS)})")
 
 
 def main(argv=None):
@@ -407,12 +657,8 @@ def main(argv=None):
     r.add_argument("--seed", type=int, default=6)
     r.add_argument("--budget", type=float, default=1e9, help="stop starting points after this many seconds")
     r.add_argument("--tag", default="", help="suffix of grid<tag>.json / .md")
-    p = sub.add_parser("report")
-    p.add_argument("json")
-    p.add_argument("extra", nargs="*", help="more grid JSON files (--ragged, --next-n runs)")
-    p.add_argument("--png", default=str(REPO / "bench" / "results" / "grid.png"))
-    p.add_argument("--results", default=str(REPO / "bench" / "RESULTS.md"))
-    p.add_argument("--targets", default=None, help="a `run --targets` JSON, for target points not in the grid")
+    p = sub.add_parser("report", help="the PNG and RESULTS.md from run's JSON (any machine; needs matplotlib)")
+    add_report_arguments(p)
     args = ap.parse_args(argv)
     return run(args) if args.cmd == "run" else report(args)
 

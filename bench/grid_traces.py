@@ -30,7 +30,7 @@ def main(argv=None):
     import torch
 
     from decode_topk.kernel import aot_loader
-    from decode_topk.reference import policy
+    from decode_topk.kernel import policy
 
     for point in args.points:
         kind, length, k = point.split(":")

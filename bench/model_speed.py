@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-
-from decode_topk.reference.bits import bf16_bits_from_float32  # noqa: E402
-from decode_topk.reference.model import all_builds, build_name, resolve_build, simulate  # noqa: E402
+from decode_topk.kernel.policy import BUILDS
+from decode_topk.reference.bits import bf16_bits_from_float32
+from decode_topk.reference.model import resolve_build, simulate
 
 
 def quantized(rows, width, seed=0):
@@ -55,7 +55,7 @@ def main(argv=None):
     _, trace = simulate(logits, lengths, args.k, args.block)
     took = time.perf_counter() - t0
     paths = np.bincount(trace[:, 0], minlength=3)
-    build = build_name(resolve_build(args.rows, args.width))
+    build = resolve_build(args.rows, args.width).name
     distinct = len(np.unique(logits[0]))
     print(f"data: {args.data}, {distinct} distinct values in row 0, made in {made:.1f} s; "
           f"warm-up (JIT or cache load): {warm:.2f} s")
@@ -63,13 +63,13 @@ def main(argv=None):
           f"{'block' if args.block else 'token'} mode, build {build}: {took:.3f} s "
           f"({took / args.rows * 1e3:.1f} ms a row; paths short/sampled/direct = {paths.tolist()}, "
           f"fallbacks = {int(np.count_nonzero(trace[:, 1]))})")
-    for c, t, v in all_builds():
+    for build in BUILDS:
         if args.width > c * t * v * 8:
             continue
         t0 = time.perf_counter()
-        _, trace = simulate(logits, lengths, args.k, args.block, cluster=c, vectors=v)
+        _, trace = simulate(logits, lengths, args.k, args.block, build=build)
         took = time.perf_counter() - t0
-        print(f"  build {c}x{t}x{v} forced: {took:.3f} s (fallbacks = {int(np.count_nonzero(trace[:, 1]))})")
+        print(f"  build {build.name} forced: {took:.3f} s (fallbacks = {int(np.count_nonzero(trace[:, 1]))})")
 
 
 if __name__ == "__main__":

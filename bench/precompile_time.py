@@ -28,9 +28,9 @@ def main(argv=None):
     calls = 0
     for k in dtk.KS:
         for block_mode in (False, True):
-            for cluster, vectors in dtk.BUILDS:
-                width = min(args.max_width, dtk.capacity(cluster, vectors))
-                for rows in (1, 64 if width <= dtk.capacity(8, 16) else 14):
+            for build in dtk.BUILDS:
+                width = min(args.max_width, build.capacity)
+                for rows in (1, 64 if width <= dtk.Build.of(8, 16).capacity else 14):
                     logits = torch.zeros((rows, width), dtype=torch.bfloat16, device="cuda")
                     lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
                     dtk.decode_topk(logits, lengths, k, block_mode=block_mode)

@@ -11,12 +11,13 @@ took (bench/NOTES.md keeps the history).
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/grid.py, as `grid`
 
 import cutlass.cute as cute  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from grid import make_logits  # noqa: E402
 
-from bench.grid import make_logits  # noqa: E402
 from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
 
 # (rows, width, k, block_mode, (cluster, vectors))

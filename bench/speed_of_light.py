@@ -84,9 +84,9 @@ def fake_arguments(k: int, trace_width: int = len(dtk.TRACE_FIELDS)):
     return dtk.fake_arguments(k, trace_width)
 
 
-def variants():
-    """(k, cluster, vectors, block_mode): token mode only (block mode loads the same)."""
-    return [(k, cluster, vectors, False) for k in KS for cluster, vectors in dtk.BUILDS]
+def variants(traces=(False,)):
+    """The Variants kernel/aot.py builds: token mode only (block mode loads the same)."""
+    return [dtk.Variant(k, build, False, trace) for k in KS for build in dtk.BUILDS for trace in traces]
 
 
 _compiled = {}

@@ -1,9 +1,10 @@
 """Case generators that steer SPEC.md part 2's algorithm: each fallback, its boundaries,
 the per-CTA eq cap, the path thresholds, the masked last vector and the pinned block.
 
-The catalogue (`cases.py`) lists them; `INTENTS` says, for the rows whose path the
-generator controls, which path and fallback reason each build must take, and the tests
-and `python -m decode_topk.conformance --impl model` verify it with the trace.
+The catalogue (`cases.py`) lists them, each with its *intent* (`controlled_intent`,
+`hit_intent`, `threshold_intent` below): for the rows whose path the generator controls,
+which path and fallback reason each build must take; the tests and `python -m
+decode_topk.conformance --impl model` verify it with the trace.
 
 A *controlled* token row fixes the sampled cutoff at the value 1.0 in every build: it puts
 1.0 at q + 2 sample positions of every build (q for k = 2048, the largest) and every value
@@ -18,6 +19,7 @@ import numpy as np
 from decode_topk.reference.bits import NEG_INF_BITS, POS_INF_BITS, bf16_bits_from_float32
 
 from .trace import CAPACITY, q_for, sample_positions
+from .coverage import top_slot_length, top_slot_vectors
 
 CUTOFF_BITS = 0x3F80  # 1.0
 CLUSTERS = (4, 8, 16)
@@ -199,7 +201,13 @@ SHORT_NEG_INF_LENGTHS = (0, 1, 9, 500, 512, 4000, 4096, 8192, 16384)
 SAMPLED_LENGTHS = (131072, 131071, 100003, 70001, 40009, 33333)
 
 
-def _controlled_intent(specs):
+# The intents: for the cases made from the specs above, `intent(build, k)` -> per row the
+# (path, reason) of token mode on that build (reason None: any). The catalogue sets each
+# as its case's `intent`, built from the same specs or lengths as the case's rows.
+
+def controlled_intent(specs):
+    """Rows of make_controlled: direct within one vector a thread, else overflow past the
+    survivor capacity, underflow below k, sampled otherwise."""
     def intent(build, k):
         cluster, threads, _ = build
         rows = []
@@ -216,30 +224,28 @@ def _controlled_intent(specs):
     return intent
 
 
-def _hit_intent(build, k):
-    return [(2, 2)] * len(SAMPLE_HIT_LENGTHS)
+def hit_intent(lengths):
+    """Rows of make_samples_hit_top: underflow on every build."""
+    def intent(build, k):
+        return [(2, 2)] * len(lengths)
+    return intent
 
 
-def _boundary_intent(build, k):
-    cluster, threads, _ = build
-    return [(1, None) if -(-length // 8) > cluster * threads else (2, 0) for length in BOUNDARY_LENGTHS]
+def threshold_intent(lengths):
+    """Rows of make_normal_rows around nv = C T: a sampled attempt (any outcome) past one
+    vector a thread, direct at or below it."""
+    def intent(build, k):
+        cluster, threads, _ = build
+        return [(1, None) if -(-length // 8) > cluster * threads else (2, 0) for length in lengths]
+    return intent
 
 
-# case name -> intent(build, k) -> per row (path, reason) of token mode; reason None: any.
-INTENTS = {
-    "sampled-overflow": _controlled_intent(OVERFLOW_SPECS),
-    "sampled-underflow": _controlled_intent(UNDERFLOW_SPECS),
-    "sampled-hits-top": _hit_intent,
-    "sampled-threshold": _boundary_intent,
-    "sampled-fallbacks-524288": _controlled_intent(WIDE_SPECS),
-}
-
-
-def intent_problems(case_name, build, k, block_mode, trace):
-    """Rows of a case whose trace's (path, reason) differ from the case's intent."""
-    if case_name not in INTENTS or block_mode:
+def intent_problems(intent, build, k, block_mode, trace):
+    """Rows whose trace's (path, reason) differ from `intent` (a case's intent; None: the
+    case intends nothing)."""
+    if intent is None or block_mode:
         return []
-    intents = INTENTS[case_name](build, k)
+    intents = intent(build, k)
     trace = np.asarray(trace)
     if trace.shape != (len(intents), 8):
         return []  # trace_problems reports the shape
@@ -254,3 +260,40 @@ def intent_problems(case_name, build, k, block_mode, trace):
             problems.append(f"row {r}: intended path {path} reason {reason}, got path {got_path} "
                             f"reason {got_reason}")
     return problems
+
+
+def top_slot_specs(builds):
+    """Controlled specs at the shortest length whose every CTA of every build of `builds`
+    stages its top slot (coverage.top_slot_length): overflow (G = 12000 > 8192), underflow
+    (G + E = 511 < k) and sampled at the survivor capacity exactly (G + E = 8192), at every
+    k."""
+    length = top_slot_length(builds)
+    return ((length, 12000, 300), (length, 200, 311), (length, 7999, 193))
+
+
+def make_top_slot_rows(rng, width, specs, builds):
+    """make_controlled's rows, then the row's largest values swapped into the vectors the
+    CTAs of `builds` stage in their highest slot (coverage.top_slot_vectors), every lane that
+    is valid, no sample position of any build and holds a value below 1.0.
+
+    Why: reaching a slot is not enough; a slot whose vectors hold only unselected logits
+    hides a kernel bug confined to it (a wrong address, a dropped top). With the row's
+    largest keys there, such a bug drops selected indices in both modes. The swap keeps what
+    the steering needs: no value above 1.0 lands on a sample position and the 1.0s stay, so
+    G, each CTA's E and the intended fallback are unchanged."""
+    logits, lengths = make_controlled(rng, width, specs)
+    for row, length in zip(logits, lengths.tolist()):
+        lanes = np.arange(8, dtype=np.int64)
+        vectors = np.concatenate([top_slot_vectors(b, length) for b in builds])
+        targets = np.unique((8 * vectors[:, None] + lanes).ravel())
+        samples = np.concatenate([sample_positions(length, c) for c in CLUSTERS])
+        targets = np.setdiff1d(targets[targets < length], samples)
+        # controlled_row's values: above 1.0 in (0x3F80, 0x4380), the background below 1.0
+        # (positive bits under 0x3F80, or negative).
+        above = (row[:length] > CUTOFF_BITS) & (row[:length] < 0x8000)
+        targets = targets[~above[targets] & (row[targets] != CUTOFF_BITS)]
+        largest = np.flatnonzero(above)[np.argsort(row[:length][above], kind="stable")[::-1]]
+        n = min(targets.size, largest.size)
+        row[targets[:n]], row[largest[:n]] = row[largest[:n]], row[targets[:n]].copy()
+    return logits, lengths
+

@@ -12,7 +12,7 @@ a row stride of a multiple of 8 logits.
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -42,7 +42,12 @@ KERNEL_BOUNDARY_LENGTHS = (32767, 32768, 32769, 262143, 262144)
 
 @dataclass(frozen=True)
 class Case:
-    """A named, seeded case: `make(rng)` returns (logits_bits, lengths)."""
+    """A named, seeded case: `make(rng)` returns (logits_bits, lengths).
+
+    intent: for the algorithm cases whose rows steer SPEC.md part 2, `intent(build, k)`
+    -> per row the (path, reason) of the trace in token mode on that build (reason None:
+    any; algorithm_cases.intent_problems checks it), made next to `make` from the same
+    specs so that the two cannot drift apart; None for the other cases."""
 
     name: str
     level: str
@@ -51,6 +56,7 @@ class Case:
     comment: str
     ks: tuple = KS
     modes: tuple = MODES
+    intent: Optional[Callable] = None
 
     def generate(self):
         """The case's (logits_bits, lengths), the same on every call."""
@@ -245,6 +251,18 @@ def make_random_bits(rng, rows, width):
 # The table
 # ----------------------------------------------------------------------------------------
 
+def _top_slot_case(name, seed, builds):
+    """A ci case of algorithm_cases.make_top_slot_rows on `builds` (names): rows of the
+    shortest length at which every CTA of those builds stages its top slot, 7 logits of
+    garbage past it (so the last vector is masked), each fallback and the sampled path."""
+    specs = algo.top_slot_specs(builds)
+    return Case(name, "ci", seed,
+                partial(algo.make_top_slot_rows, width=specs[0][0] + 7, specs=specs, builds=builds),
+                f"length {specs[0][0]}: every CTA of {', '.join(builds)} stages a vector in its top slot, "
+                "the row's largest values there; overflow, underflow, sampled at 8192 survivors",
+                intent=algo.controlled_intent(specs))
+
+
 _KS_BOUNDARY_PLATEAU = (0, 300, 511, 1023, 2047, 2048)
 _KS_NEEDLES = (511, 512, 513, 1023, 1024, 1025, 2047, 2048, 2049)
 _FEW_FINITE = (0, 1, 100, 511, 1023, 2047, 3000)
@@ -276,20 +294,23 @@ CASES = (
     Case("random-bits", "ci", 112, partial(make_random_bits, rows=8, width=8192),
          "uniformly random bit patterns, random lengths"),
     # --- ci: the model's algorithm (SPEC.md part 2): each path and fallback in every build,
-    # verified by the trace (algorithm_cases.INTENTS) -------------------------------------------
+    # verified by the trace (each case's intent) ------------------------------------------------
     Case("sampled-overflow", "ci", 301, partial(algo.make_controlled, width=algo.W_SAMPLED, specs=algo.OVERFLOW_SPECS),
          "sampled rows with G + min(E, k) = 8192, 8193 and more: large values hidden between the samples",
-         modes=(False,)),
+         modes=(False,), intent=algo.controlled_intent(algo.OVERFLOW_SPECS)),
     Case("sampled-underflow", "ci", 302,
          partial(algo.make_controlled, width=algo.W_SAMPLED, specs=algo.UNDERFLOW_SPECS),
-         "sampled rows with G + E = k - 1 and k for every k: underflow and its boundary", modes=(False,)),
+         "sampled rows with G + E = k - 1 and k for every k: underflow and its boundary", modes=(False,),
+         intent=algo.controlled_intent(algo.UNDERFLOW_SPECS)),
     Case("sampled-hits-top", "ci", 303,
          partial(algo.make_samples_hit_top, width=algo.W_SAMPLED, lengths=algo.SAMPLE_HIT_LENGTHS),
-         "the row's largest values sit at the sample positions: underflow", modes=(False,)),
+         "the row's largest values sit at the sample positions: underflow", modes=(False,),
+         intent=algo.hit_intent(algo.SAMPLE_HIT_LENGTHS)),
     Case("sampled-eq-capped", "ci", 304, partial(algo.make_cta_plateau, width=algo.W_SAMPLED, specs=algo.CAPPED_SPECS),
          "plateaus of more than k keys equal to the cutoff a CTA: the per-CTA cap", modes=(False,)),
     Case("sampled-threshold", "ci", 305, partial(algo.make_normal_rows, width=65544, lengths=algo.BOUNDARY_LENGTHS),
-         "nv = C T and C T + 1 at C T = 4096 and 8192 (one vector a thread)"),
+         "nv = C T and C T + 1 at C T = 4096 and 8192 (one vector a thread)",
+         intent=algo.threshold_intent(algo.BOUNDARY_LENGTHS)),
     Case("sampled-lengths", "ci", 306,
          partial(algo.make_normal_rows, width=algo.W_SAMPLED, lengths=algo.SAMPLED_LENGTHS),
          "sampled rows of distinct values, chunks split unevenly, q above 2048 / C"),
@@ -301,6 +322,12 @@ CASES = (
          "-0 rows with 300 +0 near the end: K = -0, so -0 < +0 decides"),
     Case("short-neg-inf", "ci", 309, partial(algo.make_short_neg_inf, width=16384, lengths=algo.SHORT_NEG_INF_LENGTHS),
          "short rows with -inf blocks"),
+    # --- ci: every staged-vector slot of every build (conformance/coverage.py): the shortest
+    # rows whose every CTA stages a vector in a build's top slot, overflow, underflow and the
+    # sampled path steered, the row's largest values in those vectors -------------------------
+    _top_slot_case("top-slot-8-vectors", 310, ("8x512x8", "4x1024x8")),  # C T = 4096: one row for both
+    _top_slot_case("top-slot-8x512x16", 311, ("8x512x16",)),
+    _top_slot_case("top-slot-16x512x16", 312, ("16x512x16",)),
     # --- full: ci plus the big ones ---------------------------------------------------------
     Case("indexer-64x131072", "full", 201, partial(make_indexer, rows=64, width=131072, rho=0.9, heads=32, dim=64),
          "a decode batch of indexer-like rows at rho 0.9"),
@@ -333,7 +360,8 @@ CASES = (
          "the widest rows, around the 8x512x16 capacity and at the maximum width"),
     Case("sampled-fallbacks-524288", "full", 213,
          partial(algo.make_controlled, width=524288, specs=algo.WIDE_SPECS),
-         "overflow, underflow and their boundaries in rows 524,288 wide (8x512x16, 16x512x16)", modes=(False,)),
+         "overflow, underflow and their boundaries in rows 524,288 wide (8x512x16, 16x512x16)", modes=(False,),
+         intent=algo.controlled_intent(algo.WIDE_SPECS)),
     Case("waves-524288", "full", 214, partial(make_indexer, rows=16, width=524288, rho=0.9, heads=32, dim=64),
          "more rows than resident clusters (H200: 15 of 8x512x16, 7 of 16x512x16): later waves"),
     Case("waves-1048576", "full", 215, partial(make_indexer, rows=10, width=1048576, rho=0.9, heads=32, dim=64),

@@ -36,11 +36,13 @@ import torch
 
 from . import gpu_check as tc
 from decode_topk.kernel import aot_loader
-from decode_topk.reference import policy
+from decode_topk.kernel import policy
+
+from . import gpu_impl
 
 REPO = Path(__file__).resolve().parent.parent
 
-POISON = aot_loader.POISON
+POISON = gpu_impl.POISON
 DEVICE = "cuda"  # tests run this tool on "cpu" with a stand-in for the library
 
 
@@ -73,9 +75,9 @@ def facts():
     resident = {}
     for k in policy.KS:
         for block_mode in (False, True):
-            for cluster, vectors in policy.BUILDS:
-                n = aot_loader.max_active_clusters(k, cluster, vectors, block_mode, False)
-                resident[f"k{k}_{'block' if block_mode else 'token'}_{cluster}x{vectors}"] = n
+            for build in policy.BUILDS:
+                n = aot_loader.max_active_clusters(k, build.cluster, build.vectors, block_mode, False)
+                resident[f"k{k}_{'block' if block_mode else 'token'}_{build.cluster}x{build.vectors}"] = n
     return {"gpu": dev.name if dev else DEVICE, "sms": dev.multi_processor_count if dev else None,
             "torch": torch.__version__,
             "arch": info["arch"], "kernel_source_sha256": info["kernel_source_sha256"],
@@ -83,10 +85,7 @@ def facts():
 
 
 def build_label(build):
-    if build is None:
-        return "policy"
-    cluster, vectors = build
-    return f"{cluster}x{policy.threads_for(cluster)}x{vectors}"
+    return "policy" if build is None else build.name
 
 
 def big_batch(rows, width, seed, trace_rows, results):
@@ -110,8 +109,7 @@ def big_batch(rows, width, seed, trace_rows, results):
                     timer = Timer()
                     if build is None:
                         res = aot_loader.resident_for(k, block_mode, False)
-                        c, _, v = policy.build_for(rows, width, res)
-                        rec["build"] = f"policy={build_label((c, v))}"
+                        rec["build"] = f"policy={policy.build_for(rows, width, res).name}"
                     timer.start()
                     aot_loader.decode_topk_aot(logits, lengths, k, out=out, block_mode=block_mode, build=build)
                     rec["kernel_ms"] = round(timer.stop(), 3)
@@ -140,10 +138,10 @@ def big_batch(rows, width, seed, trace_rows, results):
             for k in policy.KS:
                 rec = {"mode": "block" if block_mode else "token", "k": k, "rows": bits.shape[0]}
                 try:
-                    out, trace, build = aot_loader.run_numpy(bits, lens, k, block_mode, None, trace=True)
-                    rec["build"] = "x".join(map(str, build))
+                    out, trace, build = gpu_impl.run_numpy(aot_loader.AOT, bits, lens, k, block_mode, None, trace=True)
+                    rec["build"] = build.name
                     t0 = time.perf_counter()
-                    m_out, m_trace = simulate(bits, lens, k, block_mode, cluster=build[0], vectors=build[2])
+                    m_out, m_trace = simulate(bits, lens, k, block_mode, build=build)
                     rec["model_s"] = round(time.perf_counter() - t0, 2)
                     diff = np.argwhere(m_trace != trace)
                     rec["trace_mismatch_rows"] = int(np.unique(diff[:, 0]).size) if diff.size else 0
@@ -228,6 +226,10 @@ def main(argv=None):
     ap.add_argument("--skip-batch", action="store_true")
     ap.add_argument("--skip-suite", action="store_true")
     args = ap.parse_args(argv)
+    no_device = aot_loader.no_cuda_device_reason()
+    if no_device:  # one line and exit 2, not a traceback from deep inside torch
+        print(f"decode_topk.conformance.gpu runs on a CUDA GPU: {no_device}", file=sys.stderr)
+        return 2
     t_start = time.perf_counter()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,60 +1,176 @@
-"""Implementations under test, selected by name.
+"""Implementations under test, selected by name, each with a record of how to run and judge it.
 
 An implementation is a callable `impl(logits_bits, lengths, k, block_mode)` taking the
 contract's NumPy inputs (uint16 BF16 bits [rows, width], int32 lengths [rows]) and
 returning `out` (int32 [rows, k]) or `(out, trace)` (trace int32 [rows, 8], SPEC.md 2.11).
 It is registered with a *loader*, a function that imports and returns it, so that naming
-a GPU implementation never imports torch or cutlass until it is run.
+a GPU implementation never imports torch or cutlass until it is run, and with a `Record`
+of what it does, which the suite follows instead of guessing from signatures or
+attributes:
 
-Extension point: the owners of the other implementations add their registration to
-`_register_builtins` below, next to 'reference':
-- 'model': reference/model.py (numba), returns (out, trace);
-- 'aot' and 'jit': the GPU kernel (kernel/decode_topk_cute.py), ahead-of-time compiled
-  or JIT-compiled, converting the bits to a CUDA bfloat16 tensor and back.
+| field | values (default first) | the suite |
+| --- | --- | --- |
+| `returns_trace` | False, True | takes `out`, or unpacks `(out, trace)` and checks the trace |
+| `takes_build` | False, True | may force a build: `impl(..., build=(cluster, threads, vectors))` (`--build`) |
+| `reports_build` | None, 'last_build' | learns the build it chose itself from its `last_build` attribute after the call (anything `Build.parse` takes); None: unknown, so its trace is checked without a build (a forced build is always known) |
+| `trace_oracle` | 'model', 'invariants' | judges a trace by the whole-row invariants of conformance/trace.py (every field against `expected_trace` once the build is known) and, with 'model', also field by field against the model's trace on the same input and build |
+| `claims` | 'contract' | checks the output against SPEC.md part 1 (issue 16 will add 'canonical', checked in strict mode) |
+| `sweep_builds` | False, True | without `--build`, the CLI runs every build (the model: cheap, and every build needs its traces) |
+
+The builtins: 'reference' (out only, no build), 'model' (reference/model.py: traced,
+takes a build, reports `last_build`, and judged by the invariants alone because it is the
+model), 'aot' and 'jit' (the GPU kernel through the ahead-of-time library or the DSL:
+traced, take a build, report `last_build`, compared with the model).
+
+Any other callable can be named as `pkg.module:attr` (`--impl` of the CLI, `get`,
+`record`, `run_suite`): the module is imported and `attr` (dotted for nested attributes)
+looked up at once, so a bad name fails before any case runs. A class is instantiated with
+no arguments at first use (so a GPU implementation can defer its set-up, as the builtins'
+loaders do); anything else callable is the implementation itself. Its record is read from
+its attributes of the fields' names (for a class, its class attributes), each optional
+with the defaults above; e.g.
+
+    def my_topk(logits_bits, lengths, k, block_mode, build=None): ...
+    my_topk.returns_trace = True
+    my_topk.takes_build = True
 """
+
+import importlib
+from dataclasses import dataclass, fields
+from typing import Callable, Optional
+
 
 class Unavailable(RuntimeError):
     """A registered implementation that cannot load on this machine (no GPU, a missing or
     stale library, no DSL)."""
 
 
-_LOADERS = {}
+REPORTS_BUILD = (None, "last_build")
+TRACE_ORACLES = ("model", "invariants")
+CLAIMS = ("contract",)  # issue 16 adds "canonical"
+
+
+@dataclass(frozen=True)
+class Record:
+    """What an implementation returns and how the suite runs and judges it (the table of
+    the module docstring)."""
+
+    name: str
+    loader: Callable
+    returns_trace: bool = False
+    takes_build: bool = False
+    reports_build: Optional[str] = None
+    trace_oracle: str = "model"
+    claims: str = "contract"
+    sweep_builds: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"implementation name must be a non-empty string, got {self.name!r}")
+        if not callable(self.loader):
+            raise ValueError(f"loader for {self.name!r} must be callable, got {type(self.loader).__name__}")
+        for flag in ("returns_trace", "takes_build", "sweep_builds"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{self.name!r}: {flag} = {getattr(self, flag)!r} is not a bool")
+        for value, allowed, what in ((self.reports_build, REPORTS_BUILD, "reports_build"),
+                                     (self.trace_oracle, TRACE_ORACLES, "trace_oracle"),
+                                     (self.claims, CLAIMS, "claims")):
+            if value not in allowed:
+                raise ValueError(f"{self.name!r}: {what} = {value!r} is not one of {allowed}")
+        if self.sweep_builds and not self.takes_build:
+            raise ValueError(f"{self.name!r}: sweep_builds = True needs takes_build = True")
+
+    def require_build(self):
+        """Raise ValueError unless a build can be forced on this implementation."""
+        if not self.takes_build:
+            raise ValueError(f"implementation {self.name!r} takes no build (its record: takes_build=False)")
+
+
+# The record fields an implementation may declare as attributes (pkg.module:attr).
+DECLARED = tuple(f.name for f in fields(Record) if f.name not in ("name", "loader"))
+
+_RECORDS = {}
 _LOADED = {}
 
 
-def register(name, loader, replace=False):
-    """Register `loader` (no arguments, returns the implementation callable) as `name`."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"implementation name must be a non-empty string, got {name!r}")
-    if not callable(loader):
-        raise ValueError(f"loader for {name!r} must be callable, got {type(loader).__name__}")
-    if name in _LOADERS and not replace:
+def register(name, loader, replace=False, **declared):
+    """Register `loader` (no arguments, returns the implementation callable) as `name`,
+    with the record fields `declared` (module docstring; unnamed fields take their
+    defaults). Raises ValueError on a taken name (unless `replace`) or a bad field."""
+    unknown = sorted(set(declared) - set(DECLARED))
+    if unknown:
+        raise ValueError(f"unknown record fields {unknown}; known: {', '.join(DECLARED)}")
+    record = Record(name, loader, **declared)
+    if name in _RECORDS and not replace:
         raise ValueError(f"implementation {name!r} is already registered")
-    _LOADERS[name] = loader
+    _RECORDS[name] = record
     _LOADED.pop(name, None)
+    return record
 
 
 def unregister(name):
     """Remove `name` (tests register throw-away implementations)."""
-    _LOADERS.pop(name, None)
+    _RECORDS.pop(name, None)
     _LOADED.pop(name, None)
 
 
 def names():
     """The registered implementation names, in registration order."""
-    return tuple(_LOADERS)
+    return tuple(_RECORDS)
+
+
+def is_spec(name):
+    """Whether `name` has the pkg.module:attr form."""
+    return isinstance(name, str) and ":" in name
+
+
+def record(name):
+    """The record of `name`: a registered name, or a pkg.module:attr spec (imported and
+    registered under the spec on first use)."""
+    if name not in _RECORDS:
+        if not is_spec(name):
+            raise ValueError(f"unknown implementation {name!r}; registered: {', '.join(names())}, "
+                             f"or pkg.module:attr")
+        register_spec(name)
+    return _RECORDS[name]
 
 
 def get(name):
-    """The implementation registered as `name`, loaded on first use."""
-    if name not in _LOADERS:
-        raise ValueError(f"unknown implementation {name!r}; registered: {', '.join(names())}")
+    """The implementation of `name` (as `record`), loaded on first use."""
+    rec = record(name)
     if name not in _LOADED:
         try:
-            _LOADED[name] = _LOADERS[name]()
+            _LOADED[name] = rec.loader()
         except Exception as exc:  # no GPU, no or stale library, no DSL: say which
             raise Unavailable(f"implementation {name!r} cannot run here: {type(exc).__name__}: {exc}") from exc
     return _LOADED[name]
+
+
+def register_spec(spec):
+    """Register the callable named by `spec` = 'pkg.module:attr' under the name `spec`,
+    its record read from its attributes. Raises ValueError, one line naming what is wrong:
+    a malformed spec, a module that does not import, no such attribute, not callable, a
+    bad declared field."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr or ":" in attr:
+        raise ValueError(f"implementation {spec!r} is not pkg.module:attr")
+    try:
+        target = importlib.import_module(module_name)
+    except Exception as exc:  # a missing module or one that fails while importing: say which
+        raise ValueError(f"implementation {spec!r}: cannot import module {module_name!r}: "
+                         f"{type(exc).__name__}: {exc}") from None
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ValueError(f"implementation {spec!r}: {getattr(target, '__name__', module_name)!r} "
+                             f"has no attribute {part!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"implementation {spec!r} is not callable (a {type(target).__name__})")
+    declared = {field: getattr(target, field) for field in DECLARED if hasattr(target, field)}
+    # A class is a factory (its instance is the implementation), because calling a class
+    # with the four inputs would construct an object, never return an output.
+    loader = target if isinstance(target, type) else (lambda: target)
+    return register(spec, loader, replace=True, **declared)
 
 
 def _load_reference():
@@ -64,36 +180,48 @@ def _load_reference():
 
 
 def _load_aot():
-    # The GPU kernel through the ahead-of-time library (kernel/aot_loader.py; imports torch,
+    # The GPU kernel through the ahead-of-time library (conformance/gpu_impl.py over
+    # kernel/aot_loader.py; imports torch,
     # never cutlass): impl(logits_bits, lengths, k, block_mode, build=None) -> (out, trace),
-    # out and trace poisoned before every launch, the traced variant, on `build`
-    # ((cluster, threads, vectors), (cluster, vectors) or 'CxTxV') or the policy's build;
-    # the build it ran is left in impl.last_build.
-    from decode_topk.kernel.aot_loader import conformance_impl
+    # out and trace poisoned before every launch, the traced variant, on `build` or the
+    # policy's build; the build it ran is left in impl.last_build.
+    from .gpu_impl import aot_impl
 
-    return conformance_impl()
+    return aot_impl()
 
 
-def _load_model():
-    # reference/model.py (numba): impl(logits_bits, lengths, k, block_mode, build=None)
-    # -> (out, trace) on `build` (cluster, threads, vectors) or the policy's build.
-    from decode_topk.reference.model import decode_topk_model
+class _Model:
+    """reference/model.py (numba) as an implementation: impl(logits_bits, lengths, k,
+    block_mode, build=None) -> (out, trace) on `build` or the policy's build for the
+    batch, which it leaves in `last_build` as the GPU implementations do."""
 
-    return decode_topk_model
+    def __init__(self):
+        from decode_topk.reference import model
+
+        self.model = model
+        self.last_build = None
+
+    def __call__(self, logits_bits, lengths, k, block_mode=False, build=None):
+        rows, width = logits_bits.shape
+        self.last_build = self.model.resolve_build(rows, width, build)
+        return self.model.simulate(logits_bits, lengths, k, block_mode, build=self.last_build)
 
 
 def _load_jit():
-    # The GPU kernel JIT-compiled through the DSL (kernel/jit_conformance.py); the same
+    # The GPU kernel JIT-compiled through the DSL (conformance/gpu_impl.py); the same
     # conventions as 'aot'.
-    from decode_topk.kernel.jit_conformance import JitImpl
-    return JitImpl()
+    from .gpu_impl import jit_impl
+    return jit_impl()
 
 
 def _register_builtins():
     register("reference", _load_reference)
-    register("model", _load_model)
-    register("aot", _load_aot)
-    register("jit", _load_jit)
+    # The model is the oracle other traces are compared with, so only the independent
+    # whole-row checks judge its own trace.
+    register("model", _Model, returns_trace=True, takes_build=True, reports_build="last_build",
+             trace_oracle="invariants", sweep_builds=True)
+    register("aot", _load_aot, returns_trace=True, takes_build=True, reports_build="last_build")
+    register("jit", _load_jit, returns_trace=True, takes_build=True, reports_build="last_build")
 
 
 _register_builtins()

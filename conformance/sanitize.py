@@ -39,15 +39,16 @@ def main(argv=None):
     ap.add_argument("--trace", action="store_true", help="the traced variants instead of the plain ones")
     args = ap.parse_args(argv)
 
+    from decode_topk.kernel import aot_loader, policy
+    from decode_topk.reference.model import simulate
+
+    from . import gpu_impl
     from .cases import CASES as CATALOGUE
     from .checker import check
-    from decode_topk.kernel import aot_loader
-    from decode_topk.reference import policy
-    from decode_topk.reference.model import simulate
 
     catalogue = {c.name: c for c in CATALOGUE}
     builds = list(policy.BUILDS) if args.builds == "all" else (
-        [None] if args.builds == "policy" else [aot_loader.parse_build(b) for b in args.builds.split(",")])
+        [None] if args.builds == "policy" else [policy.Build.parse(b) for b in args.builds.split(",")])
     launches, violations, paths = 0, 0, Counter()
     t0 = time.perf_counter()
     for name in args.cases:
@@ -56,17 +57,17 @@ def main(argv=None):
         for block_mode in case.modes:
             for k in (k for k in args.ks if k in case.ks):
                 for build in builds:
-                    if build is not None and bits.shape[1] > policy.capacity(*build):
+                    if build is not None and bits.shape[1] > build.capacity:
                         continue
-                    out, _, used = aot_loader.run_numpy(bits, lengths, k, block_mode, build, trace=args.trace)
+                    out, _, used = gpu_impl.run_numpy(aot_loader.AOT, bits, lengths, k, block_mode, build, trace=args.trace)
                     launches += 1
                     bad = check(bits, lengths, k, block_mode, out)
                     violations += len(bad)
-                    _, m_trace = simulate(bits, lengths, k, block_mode, cluster=used[0], vectors=used[2])
+                    _, m_trace = simulate(bits, lengths, k, block_mode, build=used)
                     reached = Counter(("short", "sampled", "direct")[p] + ("", "+overflow", "+underflow")[r]
                                       for p, r in m_trace[:, :2])
                     paths.update(reached)
-                    print(f"{name:18} {'block' if block_mode else 'token'} k={k:4} {'x'.join(map(str, used)):10} "
+                    print(f"{name:18} {'block' if block_mode else 'token'} k={k:4} {used.name:10} "
                           f"rows={len(lengths):3} {dict(reached)} violations={len(bad)}", flush=True)
     print(f"\n{launches} launches in {time.perf_counter() - t0:.1f} s, {violations} contract violations; "
           f"rows by path: {dict(paths)}")

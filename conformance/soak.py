@@ -30,7 +30,9 @@ import torch
 
 from . import gpu_check
 from decode_topk.kernel import aot_loader
-from decode_topk.reference import policy
+from decode_topk.kernel import policy
+
+from .gpu_impl import POISON
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PLAN = ("73728:100000x4", "16384:300000x1", "4096:300000x1", "262144:30000x1", "524288:16000x1",
@@ -58,19 +60,19 @@ def soak_batch(width, rows, seed):
     """{mode/k/build: violating rows} and the row-runs of one batch."""
     chunk = max(16, (1 << 26) // width)
     logits, lengths, _ = gpu_check.make_batch(rows, width, seed=seed, chunk=chunk)
-    builds = [None] + [b for b in policy.BUILDS if width <= policy.capacity(*b)]
+    builds = [None] + [b for b in policy.BUILDS if width <= b.capacity]
     runs = {}
     for block_mode in (False, True):
         stats = gpu_check.row_stats(logits, lengths, policy.KS, block_mode, chunk=max(16, (1 << 28) // width // 4))
         for k in policy.KS:
             out = torch.empty((rows, k), dtype=torch.int32, device="cuda")
             for build in builds:
-                out.fill_(aot_loader.POISON)
+                out.fill_(POISON)
                 launch_all(logits, lengths, k, out, block_mode, build)
                 counts, first = gpu_check.check(logits, lengths, k, block_mode, out, stats,
                                                 chunk=max(16, (1 << 28) // width // 8))
                 label = f"{'block' if block_mode else 'token'} k={k} " + (
-                    "policy" if build is None else f"{build[0]}x{policy.threads_for(build[0])}x{build[1]}")
+                    "policy" if build is None else build.name)
                 runs[label] = {"violating_rows": int(sum(counts.values())), "first_rows": first,
                                "counts": {r: c for r, c in counts.items() if c}}
     del logits, lengths
@@ -85,6 +87,10 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=7000)
     ap.add_argument("--budget", type=float, default=540.0)
     args = ap.parse_args(argv)
+    no_device = aot_loader.no_cuda_device_reason()
+    if no_device:  # one line and exit 2, not a traceback from deep inside torch
+        print(f"decode_topk.conformance.soak runs on a CUDA GPU: {no_device}", file=sys.stderr)
+        return 2
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -4,11 +4,14 @@ Shared by the CLI (`python -m decode_topk.conformance`) and the tests, so that b
 same cases the same way.
 """
 
-import inspect
+import difflib
 import sys
 import time
 from dataclasses import dataclass, field
 
+from decode_topk.kernel.policy import Build
+
+from . import coverage as slot_coverage
 from . import registry
 from .algorithm_cases import intent_problems
 from .cases import cases as catalogue
@@ -32,6 +35,7 @@ class RunResult:
     violations: list = field(default_factory=list)
     build: str = ""  # the build that ran, CxTxV ("": the implementation's own, not known)
     coverage: dict = field(default_factory=dict)  # trace.coverage of its trace, {} without one
+    slots: dict = field(default_factory=dict)  # slot_coverage.run_combinations of its trace
 
 
 @dataclass
@@ -41,6 +45,7 @@ class SuiteResult:
     runs: list = field(default_factory=list)
     seconds: float = 0.0
     skipped: int = 0  # (case, build) pairs whose width exceeds the build's capacity
+    slot_problems: list = field(default_factory=list)  # slot_coverage.suite_problems, [] if unchecked
 
     @property
     def violation_count(self):
@@ -48,7 +53,7 @@ class SuiteResult:
 
     @property
     def ok(self):
-        return bool(self.runs) and self.violation_count == 0
+        return bool(self.runs) and self.violation_count == 0 and not self.slot_problems
 
     def coverage(self):
         """{build: {'path:short': rows, ..., 'reason:underflow': rows}} over the runs with
@@ -62,54 +67,50 @@ class SuiteResult:
         return result
 
 
-def compare_traces(impl_name, case, k, block_mode, logits_bits, lengths, out, trace, build=None):
+def select_cases(level="ci", case_filter=None):
+    """The cases of `level` whose name contains `case_filter` (None: all). Raises
+    ValueError naming the level and the filter when none matches, with the closest names,
+    because a typo should not look like an empty pass."""
+    available = catalogue(level)
+    selected = [c for c in available if case_filter is None or case_filter in c.name]
+    if not selected:
+        close = difflib.get_close_matches(case_filter, [c.name for c in available], n=3, cutoff=0.4)
+        hint = f"; closest: {', '.join(close)}" if close else f"; cases: {', '.join(c.name for c in available)}"
+        raise ValueError(f"no case of level {level!r} matches --case {case_filter!r}{hint}")
+    return selected
+
+
+def case_runs(case):
+    """The (k, block_mode) runs of a case, in the suite's order."""
+    return [(k, block_mode) for k in case.ks for block_mode in case.modes]
+
+
+def compare_traces(record, case, k, block_mode, logits_bits, lengths, trace, build=None):
     """Violations of an implementation's trace (int32 [rows, 8], SPEC.md 2.11).
 
     Every trace must pass `trace.trace_invariants` (kth and above against the row, -1 fields
     consistent with the path, q, gt, the fallback reasons; with a known build every field
-    against `trace.expected_trace`): reason 'trace-invariant'. The trace of any other
-    implementation than the model is also compared field by field with the model's on the
-    same input and build, when the build is known: reason 'trace-mismatch'. Rows of the
-    algorithm cases must take the path and fallback their generator intends
-    (`algorithm_cases.INTENTS`): reason 'trace-intent'.
+    against `trace.expected_trace`): reason 'trace-invariant'. With the record's
+    trace_oracle 'model' (every implementation but the model itself) and a known build,
+    the trace is also compared field by field with the model's on the same input and
+    build: reason 'trace-mismatch'. Rows of a case with an intent (`case.intent`) must take
+    the path and fallback it intends: reason 'trace-intent'.
     """
     repro = {"k": k, "block_mode": block_mode}
     if build is not None:
-        repro["build"] = "x".join(str(v) for v in build)
+        repro["build"] = build.name
     violations = [Violation(row, "trace-invariant", message, repro)
                   for row, message in trace_problems(logits_bits, lengths, k, block_mode, trace, build)]
     if build is not None:
         violations += [Violation(-1, "trace-intent", f"case {case.name}: {message}", repro)
-                       for message in intent_problems(case.name, build, k, block_mode, trace)]
-    if impl_name != "model" and build is not None:
+                       for message in intent_problems(case.intent, build, k, block_mode, trace)]
+    if record.trace_oracle == "model" and build is not None:
         from decode_topk.reference.model import simulate
 
-        _, expected = simulate(logits_bits, lengths, k, block_mode,
-                               cluster=build[0], threads=build[1], vectors=build[2])
-        violations += [Violation(row, "trace-mismatch", f"{message} (model vs {impl_name})", repro)
+        _, expected = simulate(logits_bits, lengths, k, block_mode, build=build)
+        violations += [Violation(row, "trace-mismatch", f"{message} (model vs {record.name})", repro)
                        for row, message in trace_mismatches(expected, trace)]
     return violations
-
-
-def takes_build(impl):
-    """Whether the implementation takes a `build=(cluster, threads, vectors)` keyword."""
-    try:
-        return "build" in inspect.signature(impl).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _call(impl, logits_bits, lengths, k, block_mode, build=None):
-    """The implementation's (out, trace), trace None when it returns only out."""
-    if build is None:
-        result = impl(logits_bits, lengths, k, block_mode)
-    else:
-        result = impl(logits_bits, lengths, k, block_mode, build=build)
-    if isinstance(result, tuple):
-        if len(result) != 2:
-            raise ValueError(f"implementation returned a tuple of {len(result)}, expected (out, trace)")
-        return result
-    return result, None
 
 
 def _error(reason, exc, k, block_mode):
@@ -117,47 +118,65 @@ def _error(reason, exc, k, block_mode):
     return [Violation(-1, reason, detail, {"k": k, "block_mode": block_mode})]
 
 
-def run_case(impl_name, impl, case, logits_bits, lengths, k, block_mode, build=None):
-    """Run and check one (case, k, mode[, build]); implementation errors become violations.
-
-    build: (cluster, threads, vectors) forced on the implementation, or None for its own
-    choice (then the implementation's `last_build` after the call, or its
-    `build_for(rows, width)`, tells the trace checks which build ran)."""
+def judge(case_name, seed, logits_bits, lengths, k, block_mode, out, seconds=0.0, build=""):
+    """The RunResult of one output against the contract (checker.check; an output that is
+    not int32 [rows, k] is one 'bad-output' violation): the suite's and `ver`'s one
+    judgement, so both give the same reasons and repros."""
     rows, width = logits_bits.shape
-    label = "x".join(str(v) for v in build) if build is not None else ""
-    start = time.perf_counter()
-    try:
-        out, trace = _call(impl, logits_bits.copy(), lengths.copy(), k, block_mode, build)
-    except Exception as exc:  # a crashing implementation fails the case, not the suite
-        return RunResult(case.name, case.seed, rows, width, k, block_mode,
-                         time.perf_counter() - start, _error("impl-error", exc, k, block_mode), label)
-    seconds = time.perf_counter() - start
     try:
         violations = check(logits_bits, lengths, k, block_mode, out)
     except ValueError as exc:
         violations = _error("bad-output", exc, k, block_mode)
-    cov = {}
-    if trace is not None:
-        ran = build
-        if ran is None and getattr(impl, "last_build", None) is not None:
-            ran = tuple(impl.last_build)
-        elif ran is None and callable(getattr(impl, "build_for", None)):
-            ran = tuple(impl.build_for(rows, width))
-        if ran is not None and len(ran) == 2:  # (cluster, vectors)
-            from decode_topk.reference.policy import threads_for
+    return RunResult(case_name, seed, rows, width, k, block_mode, seconds, violations, build)
 
-            ran = (ran[0], threads_for(ran[0]), ran[1])
-        if ran is None:
-            violations += compare_traces(impl_name, case, k, block_mode, logits_bits, lengths, out, trace)
+
+def _ran_build(record, impl, forced):
+    """The Build the implementation ran: the one forced on it, else the one it reports
+    (its record's reports_build), else None (unknown)."""
+    if forced is not None:
+        return forced
+    if record.reports_build == "last_build":
+        return Build.parse(impl.last_build)
+    return None
+
+
+def run_case(record, impl, case, logits_bits, lengths, k, block_mode, build=None):
+    """Run and check one (case, k, mode[, build]) of the implementation `impl` registered
+    with `record` (registry.Record); implementation errors become violations.
+
+    build: a Build forced on the implementation (its record must take a build), or None
+    for its own choice (then its record says how the build that ran is learned, for the
+    trace checks)."""
+    rows, width = logits_bits.shape
+    build = Build.parse(build) if build is not None else None
+    start = time.perf_counter()
+    try:
+        if build is None:
+            result = impl(logits_bits.copy(), lengths.copy(), k, block_mode)
         else:
-            label = "x".join(str(v) for v in ran)
-            violations += compare_traces(impl_name, case, k, block_mode, logits_bits, lengths, out, trace,
-                                         build=ran)
-        try:
-            cov = coverage(trace)
-        except (IndexError, ValueError):  # a malformed trace is already a violation
-            cov = {}
-    return RunResult(case.name, case.seed, rows, width, k, block_mode, seconds, violations, label, cov)
+            result = impl(logits_bits.copy(), lengths.copy(), k, block_mode, build=build)
+        ran = _ran_build(record, impl, build)
+    except Exception as exc:  # a crashing implementation fails the case, not the suite
+        return RunResult(case.name, case.seed, rows, width, k, block_mode, time.perf_counter() - start,
+                         _error("impl-error", exc, k, block_mode), build.name if build is not None else "")
+    seconds = time.perf_counter() - start
+    label = ran.name if ran is not None else ""
+    if not record.returns_trace:
+        return judge(case.name, case.seed, logits_bits, lengths, k, block_mode, result, seconds, label)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        problem = ValueError(f"its record says it returns a trace, so (out, trace) is due, got "
+                             f"{type(result).__name__}" + (f" of {len(result)}" if isinstance(result, tuple) else ""))
+        return RunResult(case.name, case.seed, rows, width, k, block_mode, seconds,
+                         _error("bad-output", problem, k, block_mode), label)
+    out, trace = result
+    run = judge(case.name, case.seed, logits_bits, lengths, k, block_mode, out, seconds, label)
+    run.violations += compare_traces(record, case, k, block_mode, logits_bits, lengths, trace, build=ran)
+    try:
+        run.coverage = coverage(trace)
+        run.slots = slot_coverage.run_combinations(ran, lengths, block_mode, trace)
+    except (IndexError, ValueError):  # a malformed trace is already a violation
+        run.coverage = {}
+    return run
 
 
 def _mode_name(block_mode):
@@ -167,7 +186,12 @@ def _mode_name(block_mode):
 _HEADER = f"{'case':<26} {'rows':>5} {'width':>8} {'k':>5} {'mode':<6} {'violations':>10} {'seconds':>8}"
 
 
-def _row_line(run):
+def header(builds):
+    """The table's header; with a build column when the runs can name their build."""
+    return _HEADER + ("  build" if builds else "")
+
+
+def row_line(run):
     return (f"{run.case:<26} {run.rows:>5} {run.width:>8} {run.k:>5} {_mode_name(run.block_mode):<6} "
             f"{len(run.violations):>10} {run.seconds:>8.3f}" + (f"  {run.build}" if run.build else ""))
 
@@ -192,13 +216,16 @@ def _print_coverage(result, stream):
         print(f"  {build or 'own build':<10} path {paths} | fallback {reasons}", file=stream)
 
 
-def _print_summary(result, stream, shown):
+def print_summary(result, stream, shown=SHOWN_VIOLATIONS):
     failed = [run for run in result.runs if run.violations]
     _print_coverage(result, stream)
+    slot_coverage.print_suite_table(result.runs, stream)
     if result.skipped:
         print(f"skipped: {result.skipped} (case, build) pairs wider than the build's capacity", file=stream)
     print(f"total: {len(result.runs)} runs, {len(failed)} failing, {result.violation_count} violations, "
           f"{result.seconds:.1f} s ({result.impl}, level {result.level})", file=stream)
+    for line in result.slot_problems:
+        print(line, file=stream)
     listed = [(run, v) for run in failed for v in run.violations][:shown]
     if listed:
         print(f"first {len(listed)} violations:", file=stream)
@@ -208,39 +235,43 @@ def _print_summary(result, stream, shown):
 
 def run_suite(impl_name="reference", level="ci", case_filter=None, stream=sys.stdout,
               shown=SHOWN_VIOLATIONS, builds=None):
-    """Run implementation `impl_name` over every case x k x mode of `level` whose name
-    contains `case_filter`; print a table and a summary to `stream` (None: silent).
+    """Run implementation `impl_name` (a registered name or pkg.module:attr) over every
+    case x k x mode of `level` whose name contains `case_filter`; print a table and a
+    summary to `stream` (None: silent).
 
-    builds: None (the implementation chooses), or a list of (cluster, threads, vectors)
-    forced on it in turn (it must take a `build` keyword); a case wider than a build's
-    capacity is skipped on that build."""
-    stream = stream if stream is not None else _Silent()
+    builds: None (the implementation chooses), or a list of builds (anything Build.parse
+    takes) forced on it in turn (its record must take a build); a case wider than a
+    build's capacity is skipped on that build."""
+    stream = stream if stream is not None else Silent()
+    record = registry.record(impl_name)
+    if builds is not None:
+        record.require_build()
+        builds = [Build.parse(b) for b in builds]
+    selected = select_cases(level, case_filter)
     impl = registry.get(impl_name)
-    if builds is not None and not takes_build(impl):
-        raise ValueError(f"implementation {impl_name!r} takes no build (no `build` keyword)")
-    selected = [c for c in catalogue(level) if case_filter is None or case_filter in c.name]
-    if not selected:
-        raise ValueError(f"no case of level {level!r} matches {case_filter!r}")
     result = SuiteResult(impl_name, level)
     start = time.perf_counter()
-    print(_HEADER, file=stream)
+    print(header(builds is not None or record.reports_build is not None), file=stream)
     for case in selected:
         logits_bits, lengths = case.generate()
         for build in builds if builds is not None else [None]:
-            if build is not None and logits_bits.shape[1] > build[0] * build[1] * build[2] * 8:
+            if build is not None and logits_bits.shape[1] > build.capacity:
                 result.skipped += 1
                 continue
-            for k in case.ks:
-                for block_mode in case.modes:
-                    run = run_case(impl_name, impl, case, logits_bits, lengths, k, block_mode, build)
-                    result.runs.append(run)
-                    print(_row_line(run), file=stream, flush=True)
+            for k, block_mode in case_runs(case):
+                run = run_case(record, impl, case, logits_bits, lengths, k, block_mode, build)
+                result.runs.append(run)
+                print(row_line(run), file=stream, flush=True)
     result.seconds = time.perf_counter() - start
-    _print_summary(result, stream, shown)
+    if builds is not None and case_filter is None and record.returns_trace:  # a whole level, builds forced
+        result.slot_problems = slot_coverage.suite_problems(result.runs, builds)
+    print_summary(result, stream, shown)
     return result
 
 
-class _Silent:
+class Silent:
+    """A stream that drops everything (stream=None)."""
+
     def write(self, text):
         return len(text)
 

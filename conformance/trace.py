@@ -14,8 +14,10 @@
 
 import numpy as np
 
-from decode_topk.reference import policy
-from decode_topk.reference.topk import element_keys
+from decode_topk.kernel import policy
+# The element keys from the checker's own statement of the contract, not the reference's
+# helpers, so a bug there cannot blind the reference and this oracle together.
+from .contract import element_keys
 
 FIELDS = tuple(policy.TRACE_FIELDS)
 PATH, REASON, Q, CUTOFF, GT, EQ, KTH, ABOVE = range(8)
@@ -53,7 +55,7 @@ def sample_positions(length, cluster):
 
 
 def expected_row_trace(keys, length, k, block_mode, build):
-    """The trace of one row (keys: its element keys, reference.topk.element_keys)."""
+    """The trace of one row (keys: its element keys, contract.element_keys)."""
     cluster, threads, _ = build
     n = keys.size
     nv = -(-length // 8)

@@ -1,6 +1,31 @@
-"""Ahead-of-time build of every DecodeTopK variant into one shared library.
+"""Ahead-of-time build of every DecodeTopK variant into one shared library per GPU arch.
 
-    python -m decode_topk.kernel.aot [--arch sm_90a] [--out .aot] [--jobs 2] [--module kernel.decode_topk_cute]
+    python -m decode_topk.kernel.aot [--arch sm_90a [sm_100a]] [--out DIR] [--jobs N] [--module M] [--no-trace]
+    python -m decode_topk.kernel.aot --find-cuda     # which CUDA toolkit the link would use
+
+Where it goes: by default exactly where the loader looks (kernel/aot_loader.py), the
+package's `kernel/aot/<arch>/` (`libdecode_topk.so` and `MANIFEST.json`), or
+`$DECODE_TOPK_AOT_DIR/<arch>/` when that is set; `--out DIR` writes DIR itself for one
+arch, DIR/<arch>/ for several (the loader searches both layouts under $DECODE_TOPK_AOT_DIR).
+
+Needs: nvidia-cutlass-dsl (it compiles, with its own ptxas), gcc/g++/strip, and a CUDA 13
+toolkit for its headers and `libcudart_static.a`, found from $CUDA_HOME, $CUDA_PATH, `nvcc`
+on PATH, the CUDA wheels in site-packages (`pip install 'nvidia-cuda-runtime==13.0.*'
+'nvidia-cuda-crt==13.0.*' 'nvidia-cuda-cccl==13.0.*'` brings them) or /usr/local/cuda, in
+that order (`cuda_toolkit()`). No GPU needed.
+
+A platform wheel holding both arches' libraries (the package data `kernel/aot/*/*`;
+setup.py tags a wheel that carries a library `py3-none-manylinux_2_X_<machine>`, X from the
+glibc symbol versions the libraries need, and leaves one without any pure):
+
+    python -m decode_topk.kernel.aot --arch sm_90a sm_100a    # ~75 s an arch on 2 cores
+    python -m pip wheel . --no-deps -w dist                    # dist/decode_topk-*-py3-none-manylinux_*.whl
+    python .ci/check_wheel.py dist/decode_topk-*.whl --arch sm_90a sm_100a
+
+On the GPU machine, `pip install` that wheel (with torch; no DSL needed): the loader takes
+the library of the device's arch from the installed package.
+
+Steps of one arch's build:
 
 1. Compiles every variant of `variants()` (k x build x mode) with the trace off and on,
    with `compile_decode_topk` in `--jobs` worker processes (kernel/resources.py: each
@@ -37,8 +62,9 @@
    with the variant's cluster, block and dynamic smem (read from the host IR).
 3. Links `<out>/libdecode_topk.so` (static cudart and the DSL's runtime inside; NEEDED is
    only libc) and writes `<out>/MANIFEST.json` (variants, arch, date, the kernel source's
-   SHA-256, resources). The loader refuses a library whose hash differs from the kernel
-   source next to it.
+   SHA-256 `aot_loader.kernel_source_sha256()`, resources, the CUDA used). The loader
+   refuses a library whose hash differs from the kernel source next to it, or whose arch
+   is not the device's.
 """
 
 from __future__ import annotations
@@ -46,24 +72,128 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+import typing
 from pathlib import Path
 
 from . import resources
+from .aot_loader import (ARCHS, DTK_BAD_NEXT_N, DTK_LOAD_FAILED, DTK_NO_SMEM, DTK_NO_VARIANT, LIBRARY, MANIFEST,
+                         PACKAGE_AOT, default_aot_dir, kernel_source_sha256)
 
-CUDA_HOME = Path("/usr/local/cuda-13.0")
-LIBRARY = "libdecode_topk.so"
-MANIFEST = "MANIFEST.json"
-DTK_NO_VARIANT, DTK_NO_SMEM, DTK_LOAD_FAILED, DTK_BAD_NEXT_N = -1, -2, -3, -4
+CUDA_MAJOR = 13  # the DSL's runtime archive (nvidia_cutlass_dsl/cu13) is built against CUDA 13
+# The headers the shim's includes reach (the DSL's generated headers include cuda_runtime.h
+# and cuda_fp16.h), each with the CUDA wheel that ships it; nvidia-cuda-runtime also ships
+# libcudart_static.a. 13.0: the CUDA the libraries run on the H200 were built with.
+CUDA_HEADERS = {"cuda_runtime.h": "nvidia-cuda-runtime", "crt/host_config.h": "nvidia-cuda-crt",
+                "nv/target": "nvidia-cuda-cccl"}
+CUDA_WHEEL_REQUIREMENTS = tuple(f"{wheel}==13.0.*" for wheel in CUDA_HEADERS.values())
+CUDA_WHEELS = " ".join(f"'{r}'" for r in CUDA_WHEEL_REQUIREMENTS)  # as typed after `pip install`
+CONVENTIONAL_CUDA = Path("/usr/local/cuda")  # the last place searched, where toolkit installers link
 
 
 def source_sha256(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class CudaToolkit(typing.NamedTuple):
+    """What the link takes from a CUDA toolkit, and how it was found."""
+
+    include: Path  # holds cuda_runtime.h
+    cudart_static: Path  # libcudart_static.a
+    version: str  # e.g. "13.0", from CUDART_VERSION
+    origin: str  # e.g. "CUDA_HOME=/opt/cuda", "nvcc on PATH", "the CUDA wheels"
+
+
+def _toolkit_at(root: Path, origin: str):
+    """(CudaToolkit, None) for a CUDA 13 toolkit rooted at root (a toolkit install, or a
+    CUDA wheel's nvidia/cu13 folder), else (None, a phrase saying what it lacks)."""
+    targets = sorted(root.glob("targets/*"))
+    include = next((d for d in [root / "include"] + [t / "include" for t in targets]
+                    if (d / "cuda_runtime.h").exists()), None)
+    if include is None:
+        return None, "no include/cuda_runtime.h"
+    missing = [f"include/{h} ({wheel})" for h, wheel in CUDA_HEADERS.items() if not (include / h).exists()]
+    if missing:
+        return None, "no " + ", ".join(missing)
+    cudart = next((f for d in [root / "lib64", root / "lib"] + [t / "lib" for t in targets]
+                   if (f := d / "libcudart_static.a").exists()), None)
+    if cudart is None:
+        return None, "no lib64/libcudart_static.a"
+    m = re.search(r"#define\s+CUDART_VERSION\s+(\d+)", (include / "cuda_runtime_api.h").read_text(errors="replace"))
+    if not m:
+        return None, "no CUDART_VERSION in cuda_runtime_api.h"
+    version = f"{int(m.group(1)) // 1000}.{int(m.group(1)) % 1000 // 10}"
+    if int(m.group(1)) // 1000 != CUDA_MAJOR:
+        return None, f"CUDA {version}, not {CUDA_MAJOR}"
+    return CudaToolkit(include, cudart, version, origin), None
+
+
+def _nvcc_roots(nvcc: str):
+    """Toolkit roots of an nvcc: the folder above its bin/, and the TOP that `nvcc -dryrun`
+    reports (nvcc may be a wrapper script or a link elsewhere)."""
+    roots = [Path(nvcc).resolve().parent.parent]
+    try:
+        r = subprocess.run([nvcc, "-dryrun", "-E", "-x", "cu", os.devnull], capture_output=True, text=True,
+                           timeout=30)
+        m = re.search(r"^#\$ TOP=(.*)$", r.stdout + r.stderr, re.M)
+        if m:
+            roots.append(Path(m.group(1).strip()).resolve())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return list(dict.fromkeys(roots))
+
+
+def _cuda_wheel_roots() -> list:
+    """The CUDA wheels' folders in site-packages. They install into the namespace package
+    `nvidia`: nvidia/cu13/{include,lib} (CUDA 13), nvidia/cuda_runtime/{include,lib} (the
+    CUDA 12 layout, which _toolkit_at then refuses by its version)."""
+    spec = importlib.util.find_spec("nvidia")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return [Path(loc) / sub for loc in locations for sub in (f"cu{CUDA_MAJOR}", "cuda_runtime")
+            if (Path(loc) / sub).is_dir()]
+
+
+def _toolkit_candidates(notes: list):
+    """(root, origin) of every place cuda_toolkit() searches, in order; appends to notes a
+    phrase for each that offers no folder at all."""
+    for name in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(name):
+            yield Path(os.environ[name]), f"{name}={os.environ[name]}"
+        else:
+            notes.append(f"{name} unset")
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        notes.append("no nvcc on PATH")
+    for root in _nvcc_roots(nvcc) if nvcc else []:
+        yield root, f"nvcc on PATH ({nvcc})"
+    wheels = _cuda_wheel_roots()
+    if not wheels:
+        notes.append(f"no CUDA wheel (no nvidia/cu{CUDA_MAJOR} in site-packages)")
+    for root in wheels:
+        yield root, "the CUDA wheels"
+    yield CONVENTIONAL_CUDA, str(CONVENTIONAL_CUDA)
+
+
+def cuda_toolkit() -> CudaToolkit:
+    """The CUDA 13 toolkit to link with: the first of $CUDA_HOME, $CUDA_PATH, `nvcc` on PATH,
+    the CUDA wheels in site-packages (nvidia/cu13: `pip install CUDA_WHEELS`) and
+    /usr/local/cuda that has CUDA_HEADERS and libcudart_static.a of CUDA 13.
+    RuntimeError naming every place searched and what it lacked, when none has."""
+    notes: list = []
+    for root, origin in _toolkit_candidates(notes):
+        found, why = _toolkit_at(root, origin) if root.is_dir() else (None, "absent")
+        if found:
+            return found
+        notes.append(f"{origin if origin.endswith(str(root)) else f'{origin} -> {root}'}: {why}")
+    raise RuntimeError(f"no CUDA {CUDA_MAJOR} toolkit with cuda_runtime.h and libcudart_static.a found: "
+                       + "; ".join(notes) + f". Install one with `pip install {CUDA_WHEELS}` or set CUDA_HOME")
 
 
 def dsl_runtime_archive() -> Path:
@@ -336,26 +466,40 @@ def run(cmd, cwd=None):
     subprocess.run([str(c) for c in cmd], cwd=cwd, check=True)
 
 
-def build(arch="sm_90a", out=".aot", jobs=2, module_spec=resources.KERNEL_MODULE, variants=None,
+def build(arch="sm_90a", out=None, jobs=2, module_spec=resources.KERNEL_MODULE, variants=None,
           work=None) -> dict:
-    """Build out/libdecode_topk.so and out/MANIFEST.json. The exported objects, headers
-    and the shim go to work (default <out>/../build/aot_<arch>, i.e. build/aot_sm_90a for
-    .aot), so that out holds only what the GPU machine needs."""
+    """Build out/libdecode_topk.so and out/MANIFEST.json; out defaults to where the loader
+    looks for arch (aot_loader.default_aot_dir: the package's kernel/aot/<arch>/, or
+    $DECODE_TOPK_AOT_DIR/<arch>/). The exported objects, headers and the shim go to work
+    (default build/aot_<arch> in the current folder), so that out holds only what the GPU
+    machine needs. The CUDA toolkit is looked up first (cuda_toolkit()), so a missing one
+    fails before minutes of compiling."""
     t_start = time.perf_counter()
-    out = Path(out).resolve()
-    work = Path(work).resolve() if work else out.parent / "build" / f"aot_{arch}"
+    if arch not in ARCHS:
+        raise ValueError(f"arch {arch!r} is not one of {', '.join(ARCHS)}")
+    toolkit = cuda_toolkit()
+    print(f"CUDA toolkit: {toolkit.include.parent} (CUDA {toolkit.version}, from {toolkit.origin})",
+          file=sys.stderr, flush=True)
+    out = Path(out).resolve() if out is not None else default_aot_dir(arch)
+    work = Path(work).resolve() if work else Path.cwd() / "build" / f"aot_{arch}"
     obj = work / "obj"
     if obj.exists():
         shutil.rmtree(obj)
     obj.mkdir(parents=True)
     out.mkdir(parents=True, exist_ok=True)
+    if out.is_relative_to(PACKAGE_AOT):
+        # Build output inside the source tree: keep it out of git (as venv does), without
+        # an entry in the repository's .gitignore. The wheel takes it as package data.
+        (PACKAGE_AOT / ".gitignore").write_text("# written by python -m decode_topk.kernel.aot\n*\n")
     for stale in (out / LIBRARY, out / MANIFEST, work / "shim.c", work / "shim.o"):
         stale.unlink(missing_ok=True)
     module = resources.load_kernel_module(module_spec)
     src = resources.kernel_source(module_spec)
-    sha = source_sha256(src)
+    # The package's kernel is stamped with the hash the loader expects (one function for
+    # both); a stand-in module (--module x.py) with its own file's.
+    sha = kernel_source_sha256() if module_spec == resources.KERNEL_MODULE else source_sha256(src)
     if variants is None:
-        variants = [(k, c, v, bool(b), t) for (k, c, v, b) in module.variants() for t in (False, True)]
+        variants = module.variants((False, True))
     modes_by_k = {k: fake_modes(module, k) for k in sorted({v[0] for v in variants})}
     print(f"compiling {len(variants)} variants for {arch} with {jobs} jobs", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
@@ -377,19 +521,21 @@ def build(arch="sm_90a", out=".aot", jobs=2, module_spec=resources.KERNEL_MODULE
             raise RuntimeError(f"{r['name']}.o does not embed a cubin for {arch}")
     (work / "shim.c").write_text(generate_shim(rows, headers, modes_by_k, sha, arch))
     t1 = time.perf_counter()
-    run(["gcc", "-O2", "-fPIC", "-fvisibility=hidden", f"-I{CUDA_HOME / 'include'}", f"-I{work}", "-c",
+    print(f"linking {len(rows)} variants into {out / LIBRARY}", file=sys.stderr, flush=True)
+    run(["gcc", "-O2", "-fPIC", "-fvisibility=hidden", f"-I{toolkit.include}", f"-I{work}", "-c",
          work / "shim.c", "-o", work / "shim.o"])
     objects = sorted(obj.glob("*.o"))
     run(["g++", "-shared", "-Wl,--exclude-libs,ALL", "-o", out / LIBRARY, work / "shim.o", *objects,
-         dsl_runtime_archive(), CUDA_HOME / "lib64" / "libcudart_static.a", "-ldl", "-lpthread", "-lrt"])
+         dsl_runtime_archive(), toolkit.cudart_static, "-ldl", "-lpthread", "-lrt"])
     run(["strip", "--strip-unneeded", out / LIBRARY])
     t_link = time.perf_counter() - t1
     size = (out / LIBRARY).stat().st_size
     manifest = {
-        "library": LIBRARY, "arch": arch,
+        "library": LIBRARY, "arch": arch, "library_path": str(out / LIBRARY),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "kernel_source": str(src.relative_to(Path.cwd())) if src.is_relative_to(Path.cwd()) else str(src),
         "kernel_source_sha256": sha, "module": module_spec, "library_bytes": size, "work": str(work),
+        "cuda": {"version": toolkit.version, "cudart_static": str(toolkit.cudart_static), "origin": toolkit.origin},
         "compile_seconds": round(t_compile, 1), "link_seconds": round(t_link, 1),
         "total_seconds": round(time.perf_counter() - t_start, 1), "jobs": jobs,
         "variants": [{key: r[key] for key in ("name", "variant", "kernels", "regs", "frame", "stack_frame",
@@ -400,29 +546,61 @@ def build(arch="sm_90a", out=".aot", jobs=2, module_spec=resources.KERNEL_MODULE
     return manifest
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description="Build .aot/libdecode_topk.so from every DecodeTopK variant.")
-    ap.add_argument("--arch", default="sm_90a")
-    ap.add_argument("--out", default=".aot")
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--work", default=None, help="objects, headers and shim (default build/aot_<arch>)")
+def argument_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m decode_topk.kernel.aot",
+        description="Build libdecode_topk.so, every DecodeTopK variant compiled ahead of time, for each GPU arch "
+                    "given, where the loader looks for it (no GPU needed; nvidia-cutlass-dsl and a CUDA 13 toolkit "
+                    "are).")
+    ap.add_argument("--arch", nargs="+", default=["sm_90a"], choices=ARCHS, metavar="ARCH",
+                    help=f"GPU archs to build for, one library each: {', '.join(ARCHS)} (compute capability 9.0 "
+                         f"and 10.0; default: sm_90a, the H200)")
+    ap.add_argument("--out", default=None, metavar="DIR",
+                    help="where the library and its MANIFEST.json go: DIR itself for one arch, DIR/<arch>/ for "
+                         "several (default: where the loader looks, kernel/aot/<arch>/ in the package, or "
+                         "$DECODE_TOPK_AOT_DIR/<arch>/ when that is set)")
+    ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1), metavar="N",
+                    help="compile worker processes (default: the CPU count, at most 8; each needs ~0.5 GB)")
+    ap.add_argument("--work", default=None, metavar="DIR",
+                    help="objects, headers and the generated shim.c (default build/aot_<arch>; DIR/<arch> for "
+                         "several archs)")
     ap.add_argument("--module", default=resources.KERNEL_MODULE,
-                    help="kernel module (dotted) or a .py stand-in with the same API")
-    ap.add_argument("--no-trace", action="store_true", help="only the variants without the trace")
-    args = ap.parse_args(argv)
-    variants = None
-    if args.no_trace:
-        module = resources.load_kernel_module(args.module)
-        variants = [(k, c, v, bool(b), False) for (k, c, v, b) in module.variants()]
-    m = build(args.arch, args.out, args.jobs, args.module, variants=variants, work=args.work)
-    print(resources.format_table([dict(r, arch=m["arch"], cubin_arch_ok=True) for r in m["variants"]]))
-    print(f"\n{len(m['variants'])} variants for {m['arch']}: compile {m['compile_seconds']} s, "
-          f"link {m['link_seconds']} s, total {m['total_seconds']} s; "
-          f"{Path(args.out) / LIBRARY}: {m['library_bytes'] / 2**20:.2f} MiB; "
-          f"kernel sha256 {m['kernel_source_sha256'][:12]}")
-    local = [f"{v['name']} ({v['local_bytes']} B)" for v in m["variants"] if v["local_bytes"]]
-    if local:
-        print("WARNING: local memory (spills / stack frame) in " + ", ".join(local))
+                    help="kernel module (dotted) or a .py stand-in with the same API (e.g. bench/speed_of_light.py)")
+    ap.add_argument("--no-trace", action="store_true",
+                    help="only the variants without the trace (the library then cannot run the conformance "
+                         "suite's traced checks)")
+    ap.add_argument("--find-cuda", action="store_true",
+                    help="print the CUDA toolkit the link would use (or why none is found: exit 1) and stop")
+    return ap
+
+
+def main(argv=None):
+    args = argument_parser().parse_args(argv)
+    try:
+        if args.find_cuda:
+            t = cuda_toolkit()
+            print(f"CUDA {t.version} from {t.origin}: {t.include}/cuda_runtime.h, {t.cudart_static}")
+            return 0
+        several = len(args.arch) > 1
+        for arch in args.arch:
+            variants = None
+            if args.no_trace:
+                module = resources.load_kernel_module(args.module)
+                variants = module.variants((False,))
+            out = None if args.out is None else Path(args.out) / arch if several else Path(args.out)
+            work = None if args.work is None else Path(args.work) / arch if several else Path(args.work)
+            m = build(arch, out, args.jobs, args.module, variants=variants, work=work)
+            print(resources.format_table([dict(r, arch=m["arch"], cubin_arch_ok=True) for r in m["variants"]]))
+            print(f"\n{len(m['variants'])} variants for {m['arch']}: compile {m['compile_seconds']} s, "
+                  f"link {m['link_seconds']} s, total {m['total_seconds']} s; "
+                  f"{m['library_path']}: {m['library_bytes'] / 2**20:.2f} MiB; "
+                  f"kernel sha256 {m['kernel_source_sha256'][:12]}")
+            local = [f"{v['name']} ({v['local_bytes']} B)" for v in m["variants"] if v["local_bytes"]]
+            if local:
+                print("WARNING: local memory (spills / stack frame) in " + ", ".join(local))
+    except (RuntimeError, ValueError) as e:  # a missing toolkit, a failed compile: the one line says what
+        print(f"decode_topk.kernel.aot: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,8 +1,12 @@
 """DecodeTopK through the ahead-of-time library (`python -m decode_topk.kernel.aot`), without the DSL.
 
-Imports only ctypes, numpy, torch and `reference.policy`, so it runs where cutlass is not
-installed (the H200 runner). The library is `.aot/libdecode_topk.so` under the repository
-root, or `$DTK_AOT_DIR/libdecode_topk.so`.
+Imports only ctypes, torch and the DSL-free `policy` (the launch policy, the input checks
+and the host front end the DSL module shares), so it runs where cutlass is not installed
+(the H200 runner). The library, one per GPU arch, is package data:
+`decode_topk/kernel/aot/<arch>/libdecode_topk.so` (sm_90a on compute capability 9.0,
+sm_100a on 10.0; `python -m decode_topk.kernel.aot --arch ARCH` writes it there, a platform
+wheel ships it), or `$DECODE_TOPK_AOT_DIR/<arch>/` or `$DECODE_TOPK_AOT_DIR/` itself
+(`DTK_AOT_DIR`: the old name of that variable); `aot_dirs()` lists the folders searched.
 
     from .aot_loader import decode_topk_aot
     out = decode_topk_aot(logits, lengths, k)                      # token mode
@@ -25,37 +29,123 @@ from pathlib import Path
 
 import torch
 
-from decode_topk.reference import policy
+from . import policy
+from .policy import TRACE_FIELDS, Build, Variant
 
-REPO = Path(__file__).resolve().parent.parent
-KERNEL_SOURCE = REPO / "kernel" / "decode_topk_cute.py"
+KERNEL_SOURCE = Path(__file__).resolve().parent / "decode_topk_cute.py"
 LIBRARY = "libdecode_topk.so"
-TRACE_FIELDS = 8
+MANIFEST = "MANIFEST.json"
 DTK_NO_VARIANT, DTK_NO_SMEM, DTK_LOAD_FAILED, DTK_BAD_NEXT_N = -1, -2, -3, -4
 
 # Resident clusters when the library cannot answer the occupancy query (DTK_NO_SMEM or an
 # error): the H200's max active clusters at 128 KB of dynamic shared memory a CTA
 # (../shared/gpu/README.md), the lowest of the measured columns. Conservative, because a
 # smaller count only makes build_for choose 4x1024 earlier (still correct, maybe slower)
-# and makes the 16-CTA build refuse rows sooner.
-CONSERVATIVE_RESIDENT = {(8, 8): 15, (4, 8): 30, (8, 16): 15, (16, 16): 7}
+# and makes the 16-CTA build refuse rows sooner. A build not listed counts 1 cluster.
+CONSERVATIVE_RESIDENT = {Build.of(8, 8): 15, Build.of(4, 8): 30, Build.of(8, 16): 15, Build.of(16, 16): 7}
 
 
 class StaleLibraryError(RuntimeError):
-    """The AOT library was built from a different kernel source."""
+    """The AOT library does not fit: built from a different kernel source, or for another
+    GPU architecture than the device's."""
 
 
-def aot_dir() -> Path:
-    return Path(os.environ.get("DTK_AOT_DIR", REPO / ".aot"))
+# ---------------------------------------------------------------------------------------
+# Where the library is. One library per GPU architecture, because the kernels use the
+# arch-specific features of sm_90a / sm_100a, whose cubins run on exactly that compute
+# capability. Shipped as package data (kernel/aot/<arch>/, what `python -m
+# decode_topk.kernel.aot --arch ARCH` writes and a platform wheel carries), or anywhere
+# $DECODE_TOPK_AOT_DIR points.
+# ---------------------------------------------------------------------------------------
+PACKAGE_AOT = Path(__file__).resolve().parent / "aot"
+AOT_DIR_VARIABLES = ("DECODE_TOPK_AOT_DIR", "DTK_AOT_DIR")  # the second: the old name, still honoured
+ARCH_OF_CAPABILITY = {(9, 0): "sm_90a", (10, 0): "sm_100a"}
+ARCHS = tuple(ARCH_OF_CAPABILITY.values())
 
 
-def library_path() -> Path:
-    return aot_dir() / LIBRARY
+def kernel_source_sha256() -> str:
+    """The SHA-256 a library must carry to be loaded: that of the kernel source this
+    package runs. kernel/aot.py stamps libraries with this same function, so what is
+    built and what is expected cannot drift apart."""
+    return hashlib.sha256(KERNEL_SOURCE.read_bytes()).hexdigest()
 
 
-def available() -> bool:
+def no_cuda_device_reason():
+    """None when torch sees a CUDA device, else one line saying why not (for the GPU tools'
+    and the op's errors)."""
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return f"no CUDA device: torch {torch.__version__} is a CPU-only build"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    hint = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else " (no GPU, or no NVIDIA driver)"
+    return f"no CUDA device: torch {torch.__version__} (CUDA {torch.version.cuda}) sees none{hint}"
+
+
+def device_arch(device=None):
+    """The library arch of a CUDA device (default: the current one), e.g. 'sm_90a' for
+    compute capability 9.0; None without a CUDA device or for a device no library is
+    built for (loading then says which)."""
+    if not torch.cuda.is_available():
+        return None
+    return ARCH_OF_CAPABILITY.get(tuple(torch.cuda.get_device_capability(device)))
+
+
+def _aot_dir_variable():
+    """(name, folder) of the first of AOT_DIR_VARIABLES that is set and non-empty, else None."""
+    for name in AOT_DIR_VARIABLES:
+        if os.environ.get(name):
+            return name, Path(os.environ[name])
+    return None
+
+
+def aot_dirs(arch=None) -> list:
+    """The folders searched for libdecode_topk.so, in order, for arch (default: the
+    current device's; without a device, or on one no library is built for, every arch in
+    turn): with $DECODE_TOPK_AOT_DIR (or $DTK_AOT_DIR) set, its <arch>/ subfolder, then
+    the folder itself; else the package's kernel/aot/<arch>/."""
+    arch = arch or device_arch()
+    archs = [arch] if arch else list(ARCHS)
+    variable = _aot_dir_variable()
+    if variable is not None:
+        root = variable[1]
+        return [root / a for a in archs] + [root]
+    return [PACKAGE_AOT / a for a in archs]
+
+
+def default_aot_dir(arch) -> Path:
+    """Where the library for arch goes when nothing else is said: the first folder the
+    loader searches for it (what `python -m decode_topk.kernel.aot --arch ARCH` writes)."""
+    return aot_dirs(arch)[0]
+
+
+def aot_dir(arch=None) -> Path:
+    """The first folder of aot_dirs(arch) that holds the library, else the first searched."""
+    dirs = aot_dirs(arch)
+    return next((d for d in dirs if (d / LIBRARY).exists()), dirs[0])
+
+
+def library_path(arch=None) -> Path:
+    return aot_dir(arch) / LIBRARY
+
+
+def available(arch=None) -> bool:
     """Whether the library file exists (says nothing about staleness or the GPU)."""
-    return library_path().exists()
+    return library_path(arch).exists()
+
+
+def not_found_message(arch=None) -> str:
+    """One line: which library is missing, where it was looked for and how to get it."""
+    arch = arch or device_arch()
+    dirs = aot_dirs(arch)
+    variable = _aot_dir_variable()
+    where = (f"{variable[0]}={variable[1]}" if variable is not None
+             else f"{AOT_DIR_VARIABLES[0]} unset, so the package's {PACKAGE_AOT}")
+    what = f"for {arch}" if arch else f"for any of {', '.join(ARCHS)} (no CUDA device to choose by)"
+    return (f"DecodeTopK AOT library {LIBRARY} {what} not found: looked in {', '.join(map(str, dirs))} "
+            f"({where}). Build it with `python -m decode_topk.kernel.aot --arch {arch or ARCHS[0]}` "
+            f"(nvidia-cutlass-dsl and a CUDA 13 toolkit; it writes {default_aot_dir(arch or ARCHS[0])}), "
+            f"install a decode-topk wheel that ships it, or set {AOT_DIR_VARIABLES[0]} to a folder holding it")
 
 
 _LIB = None
@@ -82,39 +172,64 @@ def _bind(lib):
     return lib
 
 
+def _open_checked(path: Path, expected_sha256: str, source: str):
+    """The bound library at path, refused (StaleLibraryError) unless it was built from the
+    source whose SHA-256 is expected_sha256 (DTK_AOT_ALLOW_STALE=1: a warning instead),
+    its MANIFEST.json (if any) describes it, and it is built for the current CUDA
+    device's arch (when there is one)."""
+    rebuild = "rebuild with `python -m decode_topk.kernel.aot`"
+    try:
+        lib = _bind(ctypes.CDLL(str(path)))
+    except (OSError, AttributeError) as e:  # not a library, or not ours (a symbol missing)
+        raise OSError(f"cannot load {path} as the DecodeTopK AOT library: {e}") from e
+    built = lib.dtk_kernel_source_sha256().decode()
+    if built != expected_sha256:
+        msg = (f"stale library {path}: built from source sha256 {built[:16]}..., but {source} is "
+               f"{expected_sha256[:16]}...; {rebuild}")
+        if os.environ.get("DTK_AOT_ALLOW_STALE") == "1":
+            warnings.warn(msg + " (allowed by DTK_AOT_ALLOW_STALE=1)")
+        else:
+            raise StaleLibraryError(msg)
+    manifest = path.parent / MANIFEST
+    if manifest.exists():
+        recorded = json.loads(manifest.read_text()).get("kernel_source_sha256")
+        if recorded != built:
+            raise StaleLibraryError(f"{manifest} (sha256 {str(recorded)[:16]}...) does not describe {path} "
+                                    f"(sha256 {built[:16]}...): {rebuild}")
+    if torch.cuda.is_available():
+        capability = tuple(torch.cuda.get_device_capability())
+        lib_arch, want = lib.dtk_arch().decode(), ARCH_OF_CAPABILITY.get(capability)
+        if lib_arch != want:
+            device = (f"the current CUDA device ({torch.cuda.get_device_name()}) has compute capability "
+                      f"{capability[0]}.{capability[1]}")
+            remedy = (f"rebuild with `python -m decode_topk.kernel.aot --arch {want}`" if want else "DecodeTopK runs on compute capability "
+                      + " and ".join(f"{c[0]}.{c[1]} ({a})" for c, a in ARCH_OF_CAPABILITY.items()))
+            raise StaleLibraryError(f"{path} is built for {lib_arch}, but {device}: {remedy}")
+    return lib
+
+
 def load_library_at(directory, source):
     """The bound ctypes library directory/libdecode_topk.so, built by kernel/aot.py from
     the module source (a path; its SHA-256 must match the one compiled in, else
     StaleLibraryError, unless DTK_AOT_ALLOW_STALE=1); FileNotFoundError if absent."""
     path = Path(directory) / LIBRARY
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: build it with `python -m decode_topk.kernel.aot` (on a machine "
-                                f"with nvidia-cutlass-dsl) and carry {path.parent.name} to the GPU machine")
-    lib = _bind(ctypes.CDLL(str(path)))
-    built = lib.dtk_kernel_source_sha256().decode()
-    here = hashlib.sha256(Path(source).read_bytes()).hexdigest()
-    if built != here:
-        msg = (f"stale library {path}: built from source sha256 {built[:16]}..., but {source} is "
-               f"{here[:16]}...; rebuild with `python -m decode_topk.kernel.aot`")
-        if os.environ.get("DTK_AOT_ALLOW_STALE") == "1":
-            warnings.warn(msg + " (allowed by DTK_AOT_ALLOW_STALE=1)")
-        else:
-            raise StaleLibraryError(msg)
-    manifest = path.parent / "MANIFEST.json"
-    if manifest.exists():
-        recorded = json.loads(manifest.read_text()).get("kernel_source_sha256")
-        if recorded != built:
-            raise StaleLibraryError(f"{manifest} (sha256 {str(recorded)[:16]}...) does not describe {path} "
-                                    f"(sha256 {built[:16]}...): rebuild with `python -m decode_topk.kernel.aot`")
-    return lib
+        raise FileNotFoundError(f"{path} not found: build it with `python -m decode_topk.kernel.aot --out "
+                                f"{path.parent}` (nvidia-cutlass-dsl and a CUDA 13 toolkit)")
+    return _open_checked(path, hashlib.sha256(Path(source).read_bytes()).hexdigest(), str(source))
 
 
 def load_library():
-    """The DecodeTopK library (load_library_at(aot_dir(), the kernel source), loaded once)."""
+    """The DecodeTopK library for the current device (library_path()), checked against
+    kernel_source_sha256() and loaded once; FileNotFoundError saying where it looked when
+    absent."""
     global _LIB
     with _LIB_LOCK:
         if _LIB is None:
-            _LIB = load_library_at(aot_dir(), KERNEL_SOURCE)
+            path = library_path()
+            if not path.exists():
+                raise FileNotFoundError(not_found_message())
+            _LIB = _open_checked(path, kernel_source_sha256(), "the kernel source")
         return _LIB
 
 
@@ -163,28 +278,51 @@ def max_active_clusters(k, cluster, vectors, block_mode=False, trace=False, devi
     return _RESIDENT[key]
 
 
+class AotLauncher:
+    """The AOT library's launcher of policy.launch."""
+
+    def resident(self, variant, device=None):
+        build = variant.build
+        n = max_active_clusters(variant.k, build.cluster, build.vectors, variant.block_mode, variant.trace, device)
+        return n if n is not None else CONSERVATIVE_RESIDENT.get(build, 1)
+
+    def enqueue(self, variant, logits, lengths, out, trace, row_stride, next_n):
+        lib = load_library()
+        device = logits.device
+        rows, width = logits.shape
+        build = variant.build
+        with torch.cuda.device(device):
+            _set_device(lib, device)
+            stream = torch.cuda.current_stream(device).cuda_stream
+            err = lib.dtk_launch(variant.k, build.cluster, build.vectors, int(variant.block_mode), int(variant.trace),
+                                 ctypes.c_void_p(logits.data_ptr()), rows, width, row_stride,
+                                 ctypes.c_void_p(lengths.data_ptr()), next_n, ctypes.c_void_p(out.data_ptr()),
+                                 ctypes.c_void_p(trace.data_ptr() if trace is not None else 0),
+                                 ctypes.c_void_p(stream))
+        if err == DTK_NO_VARIANT:
+            raise ValueError(f"the library has no variant {variant.name}")
+        if err:
+            raise RuntimeError(f"DecodeTopK AOT launch failed: {error_name(err)} ({err})")
+
+
+AOT = AotLauncher()
+
+
 def resident_for(k, block_mode=False, trace=False, device=None):
-    """resident(cluster, vectors) for reference.policy: the library's occupancy answer,
-    else CONSERVATIVE_RESIDENT."""
-    def resident(cluster, vectors):
-        n = max_active_clusters(k, cluster, vectors, block_mode, trace, device)
-        return n if n is not None else CONSERVATIVE_RESIDENT[(cluster, vectors)]
-    return resident
+    """resident(build) of the launch policy: the library's occupancy answer, else
+    CONSERVATIVE_RESIDENT."""
+    return lambda build: AOT.resident(Variant(k, build, bool(block_mode), bool(trace)), device)
 
 
 def launch_slices(rows, width, k, block_mode=False, next_n=1):
-    """Row slices of at most the policy's row limit (the 16-CTA build's WAVES_16 waves),
-    each a whole number of next_n-row requests: how to launch more rows than one launch
-    takes (the benchmarks and the soak; decode_topk_aot itself refuses them)."""
-    limit = policy.max_rows(width, resident_for(k, block_mode)) or rows
-    limit = max(next_n, limit - limit % next_n)
-    return [slice(s, min(rows, s + limit)) for s in range(0, rows, limit)]
+    """policy.launch_slices with the library's occupancy."""
+    return policy.launch_slices(rows, width, resident_for(k, block_mode), next_n)
 
 
 def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, build=None, next_n=1,
                     check_lengths=False):
     """Indices of each row's k largest elements (SPEC.md part 1) via the AOT library, with
-    the arguments and checks of the DSL module's decode_topk (policy.check_inputs: the same
+    the arguments and checks of the DSL module's decode_topk (policy.launch: the same
     code, so the same ValueErrors).
 
     logits: CUDA bfloat16 [rows, width], unit inner stride, row stride % 8 == 0, base
@@ -192,10 +330,9 @@ def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, 
     request of next_n rows, as decode_topk_seq_lens); the kernel clamps. k: 512, 1024 or
     2048. out: CUDA int32 [rows, k] contiguous, 16-byte aligned (allocated if None). trace:
     None/False (no trace), True (allocate one) or a CUDA int32 [rows, 8] contiguous tensor;
-    the traced variant runs when a trace is asked for. build: (cluster, vectors),
-    (cluster, threads, vectors) or 'CxTxV' to force a build, else the policy's.
-    check_lengths: raise a ValueError naming the first length outside [0, width]
-    (synchronizes).
+    the traced variant runs when a trace is asked for. build: a Build, 'CxTxV' or
+    (cluster, vectors) to force a build, else the policy's. check_lengths: raise a
+    ValueError naming the first length outside [0, width] (synchronizes).
 
     Returns out, or (out, trace) when a trace was asked for. Launches on
     torch.cuda.current_stream(logits.device); does not synchronize.
@@ -203,122 +340,9 @@ def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, 
     if out is None:
         out = policy.new_output(logits, k)
     want_trace = trace is not None and trace is not False
-    if trace is True:  # no out means bad logits or k: check_inputs names them
-        trace = None if out is None else torch.empty((out.shape[0], TRACE_FIELDS), dtype=torch.int32,
+    if trace is True:  # no out means bad logits or k: launch's checks name them
+        trace = None if out is None else torch.empty((out.shape[0], len(TRACE_FIELDS)), dtype=torch.int32,
                                                       device=out.device)
     trace_buf = trace if want_trace else None
-    device = logits.device if isinstance(logits, torch.Tensor) else None
-    cluster, vectors, row_stride = policy.check_inputs(
-        logits, lengths, k, out, resident_for(k, block_mode, want_trace, device), next_n, trace_buf,
-        build=parse_build(build))
-    rows, width = logits.shape
-    if check_lengths:
-        policy.check_lengths(lengths, width, next_n)
-    if rows == 0:
-        return (out, trace_buf) if want_trace else out
-    lib = load_library()
-    with torch.cuda.device(device):
-        _set_device(lib, device)
-        stream = torch.cuda.current_stream(device).cuda_stream
-        err = lib.dtk_launch(k, cluster, vectors, int(bool(block_mode)), int(want_trace),
-                             ctypes.c_void_p(logits.data_ptr()), rows, width, row_stride,
-                             ctypes.c_void_p(lengths.data_ptr()), next_n, ctypes.c_void_p(out.data_ptr()),
-                             ctypes.c_void_p(trace_buf.data_ptr() if trace_buf is not None else 0),
-                             ctypes.c_void_p(stream))
-    if err:
-        if err == DTK_NO_VARIANT:
-            raise ValueError(f"the library has no variant k={k} build=({cluster}, {vectors}) "
-                             f"block_mode={block_mode} trace={want_trace}")
-        raise RuntimeError(f"DecodeTopK AOT launch failed: {error_name(err)} ({err})")
+    policy.launch(AOT, logits, lengths, k, out, block_mode, trace_buf, build, next_n, check_lengths)
     return (out, trace_buf) if want_trace else out
-
-
-# ---------------------------------------------------------------------------------------
-# The conformance implementation 'aot' (conformance/registry.py): NumPy in, NumPy out.
-# ---------------------------------------------------------------------------------------
-POISON = 0x7EADBEEF  # written into out and trace before every launch; never a valid value
-
-
-def parse_build(build):
-    """(cluster, vectors) from None, (cluster, vectors), (cluster, threads, vectors) or
-    'CxTxV' (e.g. '8x512x8'); None stays None (the policy chooses)."""
-    if build is None:
-        return None
-    if isinstance(build, str):
-        try:
-            parts = tuple(int(x) for x in build.split("x"))
-        except ValueError:
-            raise ValueError(f"build {build!r} is not CxTxV") from None
-    else:
-        parts = tuple(int(x) for x in build)
-    if len(parts) == 3:
-        cluster, threads, vectors = parts
-        if threads != policy.threads_for(cluster):
-            raise ValueError(f"build {build!r}: the {cluster}-CTA build runs {policy.threads_for(cluster)} threads")
-    elif len(parts) == 2:
-        cluster, vectors = parts
-    else:
-        raise ValueError(f"build {build!r} is not (cluster, vectors) or CxTxV")
-    if (cluster, vectors) not in policy.BUILDS:
-        raise ValueError(f"build {build!r} is not one of {policy.BUILDS}")
-    return cluster, vectors
-
-
-def to_device_bf16(logits_bits, device="cuda"):
-    """CUDA bfloat16 [rows, width] holding the uint16 BF16 bit patterns exactly, with a
-    row stride rounded up to a multiple of 8 (a padded view when width % 8 != 0)."""
-    import numpy as np
-    bits = np.ascontiguousarray(logits_bits, dtype=np.uint16)
-    rows, width = bits.shape
-    padded = width + (-width) % 8
-    host = torch.from_numpy(bits.view(np.int16))
-    dev = torch.empty((rows, padded), dtype=torch.int16, device=device)
-    if padded != width:
-        dev.fill_(0x7FC0)  # a NaN past the width: never read
-    dev[:, :width].copy_(host)
-    return dev.view(torch.bfloat16)[:, :width]
-
-
-def run_numpy(logits_bits, lengths, k, block_mode=False, build=None, trace=True, device="cuda"):
-    """(out, trace, (cluster, threads, vectors)) as NumPy for NumPy inputs: copies to the
-    GPU, poisons out and trace with POISON, launches (the traced variant when trace),
-    synchronizes and copies back. trace is None when not asked for."""
-    import numpy as np
-    logits = to_device_bf16(logits_bits, device)
-    rows, width = logits.shape
-    lens = torch.from_numpy(np.ascontiguousarray(lengths, dtype=np.int32)).to(device)
-    out = torch.full((rows, int(k)), POISON, dtype=torch.int32, device=device)
-    tr = torch.full((rows, TRACE_FIELDS), POISON, dtype=torch.int32, device=device) if trace else None
-    b = parse_build(build)
-    if b is None:
-        resident = resident_for(int(k), block_mode, bool(trace), logits.device)
-        cluster, threads, vectors = policy.build_for(rows, width, resident)
-    else:
-        cluster, vectors = b
-        threads = policy.threads_for(cluster)
-    decode_topk_aot(logits, lens, int(k), out=out, block_mode=bool(block_mode), trace=tr if trace else None,
-                    build=(cluster, vectors))
-    torch.cuda.synchronize(logits.device)
-    return out.cpu().numpy(), (tr.cpu().numpy() if trace else None), (cluster, threads, vectors)
-
-
-class ConformanceImpl:
-    """impl(logits_bits, lengths, k, block_mode, build=None) -> (out, trace), the traced
-    variant on the policy's build (or the given one). `last_build` is the
-    (cluster, threads, vectors) of the latest call, so the suite can run the model on the
-    same build and compare the traces."""
-
-    def __init__(self):
-        load_library()  # fail early (absent or stale library)
-        if not torch.cuda.is_available():
-            raise RuntimeError("the 'aot' implementation needs a CUDA GPU")
-        self.last_build = None
-
-    def __call__(self, logits_bits, lengths, k, block_mode=False, build=None):
-        out, trace, self.last_build = run_numpy(logits_bits, lengths, k, block_mode, build, trace=True)
-        return out, trace
-
-
-def conformance_impl():
-    """The registry loader of 'aot'."""
-    return ConformanceImpl()

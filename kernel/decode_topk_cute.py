@@ -63,216 +63,63 @@ CTA by CTA, and the trace variant of this kernel (trace=True) reports per row wh
 model reports, field by field.
 """
 
-# ---------------------------------------------------------------------------------------
-# Config: constants, the launch policy (SPEC.md 2.1) and the host's input checks (SPEC.md
-# 1.5). Pure Python (the checks read torch tensor metadata only), and the only copy of
-# these rules: reference/policy.py executes exactly these definitions (by name, from this
-# file's source) so the model chooses builds, and the AOT loader checks inputs, as the
-# host code here does, without importing the DSL.
-# ---------------------------------------------------------------------------------------
-LOGITS_PER_VECTOR = 8  # one 16-byte vector of BF16 logits, or one block
-SAMPLES = 2048  # sampled path: samples a row
-SURVIVOR_CAPACITY = 8192  # sampled path: survivors CTA 0 can hold
-# Sampled path: q aims at k + SURVIVOR_AIM survivors, which balances the two fallbacks
-# (under k, over SURVIVOR_CAPACITY) at the widest rows (SPEC.md 2.4, bench/fallback_rates.py).
-SURVIVOR_AIM = 2560
-KS = (512, 1024, 2048)
-MAX_WIDTH = 1048576
-WAVES_16 = 2  # the 16-CTA build takes at most two waves
-# The builds of SPEC.md 2.1 as (cluster, vectors a thread); threads follow from the cluster.
-BUILDS = ((8, 8), (4, 8), (8, 16), (16, 16))
-TRACE_FIELDS = ("path", "reason", "q", "cutoff", "gt", "eq", "kth", "above")
-# The profile build appends, per row, CTA 0's %clock at these points (bench/, not a contract).
-PROFILE_STAMPS = ("start", "inputs", "staged", "started", "samples", "cutoff", "queued", "counted",
-                  "reserved", "placed", "survivors", "survivor_kth", "emitted", "pass1", "pass2", "end")
+import functools
+import threading
 
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, Int64, Uint32, Uint64, const_expr
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
 
-def threads_for(cluster):
-    """Threads a CTA: 1024 at 4 CTAs a row, else 512."""
-    return 1024 if cluster == 4 else 512
+# The constants, builds, launch policy, input checks and host front end: DSL-free, in
+# policy.py, so the model, the suite and the AOT loader share them. `python -m
+# decode_topk.kernel.vendor` writes this module as one file with policy.py's body in place
+# of the import below (the line after the marker, up to its closing parenthesis).
+# vendor: policy
+from .policy import (
+    BUILDS,
+    KEY_NEG_INF,
+    KEY_POS_INF,
+    KS,
+    LOGITS_PER_VECTOR,
+    MAX_WIDTH,
+    PROFILE_STAMPS,
+    SAMPLES,
+    SURVIVOR_AIM,
+    SURVIVOR_CAPACITY,
+    TRACE_FIELDS,
+    WAVES_16,
+    Build,
+    Variant,
+    build_for,
+    check_inputs,
+    check_lengths,
+    check_logits,
+    check_width,
+    cluster_for,
+    launch,
+    launch_slices,
+    max_rows,
+    new_output,
+    precompile_builds,
+    threads_for,
+    variants,
+    vector_choices,
+    vectors_for,
+)
 
+__all__ = [
+    # the policy's public names, re-exported: the seed's API of this module
+    "BUILDS", "KS", "MAX_WIDTH", "TRACE_FIELDS", "Build", "Variant", "build_for", "check_inputs", "check_lengths",
+    "check_logits", "cluster_for", "launch_slices", "max_rows", "threads_for", "variants", "vector_choices",
+    "vectors_for",
+    # this module's own
+    "DecodeTopK", "compile_decode_topk", "cute_arguments", "decode_topk", "decode_topk_seq_lens",
+    "fake_arguments", "precompile", "resident_clusters", "resident_for", "supports_decode_topk",
+]
 
-def vector_choices(cluster):
-    """The 16-byte vectors a thread may stage: 8, or 16 at 512 threads (1024 threads
-    leave too few registers for 16)."""
-    return (8,) if threads_for(cluster) == 1024 else (8, 16)
-
-
-def capacity(cluster, vectors):
-    """Logits a cluster of this build holds."""
-    return cluster * threads_for(cluster) * vectors * LOGITS_PER_VECTOR
-
-
-def vectors_for(width, cluster):
-    """The fewest staged vectors a thread whose cluster holds a row of width logits, or
-    None if no choice holds it."""
-    for vectors in vector_choices(cluster):
-        if width <= capacity(cluster, vectors):
-            return vectors
-    return None
-
-
-def check_width(width):
-    """Raise ValueError unless 0 <= width <= MAX_WIDTH."""
-    if not 0 <= width <= MAX_WIDTH:
-        raise ValueError(f"row width {width} is outside [0, {MAX_WIDTH}]: no DecodeTopK build holds it")
-
-
-def cluster_for(rows, width, resident):
-    """CTAs a row: 8 while every row's cluster is resident at once, else 4 (rows up to
-    262,144 logits); 8 up to 524,288 and 16 up to 1,048,576 logits, whatever the rows.
-
-    resident(cluster, vectors) -> how many clusters of that build the device keeps
-    resident at once."""
-    check_width(width)
-    if width <= capacity(8, 8):
-        return 8 if rows <= resident(8, 8) else 4
-    if width <= capacity(8, 16):
-        return 8
-    return 16
-
-
-def build_for(rows, width, resident):
-    """(cluster, threads, vectors) of the build that runs rows x width (SPEC.md 2.1)."""
-    cluster = cluster_for(rows, width, resident)
-    return cluster, threads_for(cluster), vectors_for(width, cluster)
-
-
-def max_rows(width, resident):
-    """The most rows one launch takes at this width: unbounded (None) except for the
-    16-CTA build, which takes at most WAVES_16 waves."""
-    check_width(width)
-    if width <= capacity(8, 16):
-        return None
-    return WAVES_16 * resident(16, 16)
-
-
-def _check_int32(name, tensor, shape, device, align):
-    """Raise ValueError unless tensor is a contiguous int32 tensor of this shape on this
-    device whose base address is align-byte aligned."""
-    import torch
-
-    if not isinstance(tensor, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.dtype != torch.int32:
-        raise ValueError(f"{name} must be torch.int32, got {tensor.dtype}")
-    if tuple(tensor.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(tensor.shape)}")
-    if tensor.device != device:
-        raise ValueError(f"{name} is on {tensor.device}, logits on {device}")
-    if not tensor.is_contiguous():
-        raise ValueError(f"{name} must be contiguous, got strides {tensor.stride()}")
-    if tensor.data_ptr() % align:
-        raise ValueError(f"{name} base address {tensor.data_ptr():#x} is not {align}-byte aligned")
-
-
-def check_logits(logits, k, resident=None):
-    """Raise ValueError naming the bad value unless DecodeTopK takes these logits with this
-    k (SPEC.md 1.5): CUDA bfloat16 [rows, width], unit inner stride, rows 16-byte aligned,
-    a width some build holds and, when resident(cluster, vectors) is given (the launch
-    policy's occupancy), rows within the 16-CTA build's WAVES_16 waves. Returns the row
-    stride in elements (a multiple of 8; a single row's own stride is never used)."""
-    import torch
-
-    if isinstance(k, bool) or k not in KS:
-        raise ValueError(f"k={k!r} is not one of {KS}")
-    if not isinstance(logits, torch.Tensor):
-        raise ValueError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
-    if logits.dtype != torch.bfloat16:
-        raise ValueError(f"logits must be torch.bfloat16, got {logits.dtype}")
-    if logits.dim() != 2:
-        raise ValueError(f"logits must be 2-D [rows, width], got shape {tuple(logits.shape)}")
-    if not logits.is_cuda:
-        raise ValueError(f"logits must be on a CUDA device, got {logits.device}")
-    rows, width = logits.shape
-    if width > 1 and logits.stride(1) != 1:
-        raise ValueError(f"logits must have unit inner stride, got strides {logits.stride()}")
-    row_stride = logits.stride(0) if rows > 1 else width + (-width) % LOGITS_PER_VECTOR
-    if row_stride % LOGITS_PER_VECTOR:
-        raise ValueError(f"logits row stride {row_stride} is not a multiple of 8 elements (16 bytes)")
-    if logits.data_ptr() % 16:
-        raise ValueError(f"logits base address {logits.data_ptr():#x} is not 16-byte aligned")
-    if rows >= 2**31:
-        raise ValueError(f"rows={rows} does not fit an int32")
-    check_width(width)
-    limit = None if resident is None else max_rows(width, resident)
-    if limit is not None and rows > limit:
-        raise ValueError(f"rows={rows} of width {width} exceed the 16-CTA build's {WAVES_16} waves "
-                         f"({limit} rows on this device)")
-    return row_stride
-
-
-def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_width=len(TRACE_FIELDS),
-                 build=None):
-    """Raise ValueError naming the bad value unless one DecodeTopK launch takes these
-    arguments (SPEC.md 1.5); else return (cluster, vectors, row_stride): the build to
-    launch (build_for(rows, width, resident), or build, checked to hold the width) and
-    the row stride of check_logits.
-
-    logits: CUDA bfloat16 [rows, width]; lengths: int32 [rows // next_n] (one a request
-    of next_n rows); out: int32 [rows, k]; trace: None or int32 [rows, trace_width]."""
-    row_stride = check_logits(logits, k, resident if build is None else None)
-    rows, width = logits.shape
-    if isinstance(next_n, bool) or not isinstance(next_n, int) or next_n < 1:
-        raise ValueError(f"next_n={next_n!r} must be an int >= 1")
-    if rows % next_n:
-        raise ValueError(f"rows={rows} is not a multiple of next_n={next_n}")
-    _check_int32(_lengths_name(next_n), lengths, (rows // next_n,), logits.device, 4)
-    _check_int32("out", out, (rows, k), logits.device, 16)
-    if trace is not None:
-        _check_int32("trace", trace, (rows, trace_width), logits.device, 16)
-    if build is None:
-        cluster, _, vectors = build_for(rows, width, resident)
-        return cluster, vectors, row_stride
-    cluster, vectors = build
-    if (cluster, vectors) not in BUILDS:
-        raise ValueError(f"build {build} is not one of {BUILDS}")
-    if width > capacity(cluster, vectors):
-        raise ValueError(f"build {build} holds rows of up to {capacity(cluster, vectors)} logits, not {width}")
-    return cluster, vectors, row_stride
-
-
-def _lengths_name(next_n):
-    return "lengths" if next_n == 1 else "seq_lens"
-
-
-def check_lengths(lengths, width, next_n=1):
-    """The opt-in length check (it synchronizes): raise ValueError naming the first entry
-    of lengths (int32, on the GPU; seq_lens when next_n > 1) outside [0, width]. The
-    kernel itself clamps."""
-    import torch
-
-    bad = torch.nonzero((lengths < 0) | (lengths > width))
-    if bad.numel():
-        first = int(bad[0, 0])
-        raise ValueError(f"{_lengths_name(next_n)}[{first}]={int(lengths[first])} is outside [0, {width}]")
-
-
-def new_output(logits, k):
-    """int32 [rows, k] on the logits' device for an out left None, or None when the logits
-    or k are bad (check_inputs then names them)."""
-    import torch
-
-    if isinstance(logits, torch.Tensor) and logits.dim() == 2 and k in KS:
-        return torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
-    return None
-
-
-# ---------------------------------------------------------------------------------------
-# DSL imports (below the policy: reference/policy.py executes only the definitions above).
-# ---------------------------------------------------------------------------------------
-import functools  # noqa: E402
-import threading  # noqa: E402
-
-import cuda.bindings.driver as cuda  # noqa: E402
-import cutlass  # noqa: E402
-import cutlass.cute as cute  # noqa: E402
-from cutlass import Int32, Int64, Uint32, Uint64, const_expr  # noqa: E402
-from cutlass._mlir.dialects import llvm  # noqa: E402
-from cutlass.cutlass_dsl import T, dsl_user_op  # noqa: E402
-
-KEY_POS_INF = 0xFF80  # order_key(+inf): the pinned newest block
-KEY_NEG_INF = 0x007F  # order_key(-inf): a block written as -1
 SELECT_BATCH = 4  # radix selects: keys a thread loads before it counts any
 HIST_COPIES = 8  # whole-row histograms: lane l counts into copy l mod 8
 
@@ -599,8 +446,9 @@ class DecodeTopK:
                  profile: bool = False):
         if k not in KS:
             raise ValueError(f"k={k} is not one of {KS}")
-        if (cluster, vector_count) not in BUILDS:
-            raise ValueError(f"no build of cluster={cluster}, vector_count={vector_count}; builds: {BUILDS}")
+        if Build.of(cluster, vector_count) not in BUILDS:
+            raise ValueError(f"no build of cluster={cluster}, vector_count={vector_count}; builds: "
+                             f"{', '.join(b.name for b in BUILDS)}")
         self.k = k
         self.cluster = cluster
         self.threads = threads_for(cluster)
@@ -1119,12 +967,6 @@ def fake_arguments(k: int, trace_width: int = len(TRACE_FIELDS)):
     return logits, lengths, out, trace, cute.runtime.make_fake_stream()
 
 
-def variants():
-    """Every (k, cluster, vector_count, block_mode) this module builds."""
-    return [(k, cluster, vectors, block_mode) for k in KS for cluster, vectors in BUILDS
-            for block_mode in (False, True)]
-
-
 _compiled = {}
 _compile_lock = threading.Lock()
 
@@ -1142,6 +984,15 @@ def compile_decode_topk(k, cluster, vector_count, block_mode, trace=False, arch=
             extra = {"options": flags} if flags else {}
             _compiled[key] = cute.compile(topk, *fake_arguments(k), **extra)
         return _compiled[key]
+
+
+def _require_cuda(what):
+    """RuntimeError in one line unless torch sees a CUDA device (before any compile)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{what} needs a CUDA GPU, and torch sees none (torch {torch.__version__}, "
+                           f"CUDA build {torch.version.cuda or 'none'})")
 
 
 @functools.lru_cache(maxsize=None)
@@ -1193,8 +1044,37 @@ def resident_clusters(cluster: int, vectors: int, k: int = 2048, block_mode: boo
     return _resident(torch.cuda.current_device(), k, cluster, vectors, bool(block_mode))
 
 
-def _resident_for(k, block_mode):
-    return lambda cluster, vectors: resident_clusters(cluster, vectors, k, block_mode)
+class JitLauncher:
+    """The DSL launcher of policy.launch: compiles (cached) and launches through cute."""
+
+    def resident(self, variant, device=None):
+        import torch
+
+        index = device.index if getattr(device, "index", None) is not None else torch.cuda.current_device()
+        build = variant.build
+        # The trace build's occupancy is the plain build's: the trace adds no shared memory.
+        return _resident(index, variant.k, build.cluster, build.vectors, bool(variant.block_mode))
+
+    def enqueue(self, variant, logits, lengths, out, trace, row_stride, next_n):
+        rows, width = logits.shape
+        if logits.stride() != (row_stride, 1):  # one row or width <= 1: strides torch never uses
+            logits = logits.as_strided((rows, width), (row_stride, 1))
+        build = variant.build
+        compiled = compile_decode_topk(variant.k, build.cluster, build.vectors, variant.block_mode, variant.trace)
+        # The plain build never touches its trace argument, but every variant has one: a view
+        # of out's memory in the trace's shape ([rows, 8] <= [rows, k] words), so a launch
+        # allocates nothing (CUDA graphs, the custom op).
+        if trace is None:
+            trace = out.as_strided((rows, len(TRACE_FIELDS)), (len(TRACE_FIELDS), 1))
+        compiled(*cute_arguments(logits, lengths, out, trace))
+
+
+JIT = JitLauncher()
+
+
+def resident_for(k, block_mode=False):
+    """resident(build) of the launch policy on the current device (the DSL's occupancy)."""
+    return lambda build: JIT.resident(Variant(k, build, bool(block_mode)))
 
 
 def supports_decode_topk(logits, k: int, block_mode: bool = False) -> bool:
@@ -1202,32 +1082,10 @@ def supports_decode_topk(logits, k: int, block_mode: bool = False) -> bool:
     stride, 16-byte aligned rows, a width some build holds, rows within the 16-CTA
     build's two waves (check_logits, which raises the ValueError decode_topk would)."""
     try:
-        check_logits(logits, k, _resident_for(k, block_mode))
+        check_logits(logits, k, resident_for(k, block_mode))
     except ValueError:
         return False
     return True
-
-
-def _launch(logits, lengths, k, out, block_mode, trace, build, next_n, check):
-    if out is None:
-        out = new_output(logits, k)
-    cluster, vectors, row_stride = check_inputs(logits, lengths, k, out, _resident_for(k, block_mode), next_n,
-                                                trace, build=build)
-    rows, width = logits.shape
-    if check:
-        check_lengths(lengths, width, next_n)
-    if rows == 0:
-        return out
-    if logits.stride() != (row_stride, 1):  # one row or width <= 1: strides torch never uses
-        logits = logits.as_strided((rows, width), (row_stride, 1))
-    compiled = compile_decode_topk(k, cluster, vectors, block_mode, trace is not None)
-    # The plain build never touches its trace argument, but every variant has one: a view
-    # of out's memory in the trace's shape ([rows, 8] <= [rows, k] words), so a launch
-    # allocates nothing (CUDA graphs, the custom op).
-    if trace is None:
-        trace = out.as_strided((rows, len(TRACE_FIELDS)), (len(TRACE_FIELDS), 1))
-    compiled(*cute_arguments(logits, lengths, out, trace))
-    return out
 
 
 def cute_arguments(logits, lengths, out, trace, stream=None):
@@ -1253,11 +1111,12 @@ def decode_topk(logits, lengths, k: int, out=None, block_mode: bool = False, tra
     elements of logits[r, :lengths[r]] (SPEC.md). logits: CUDA bfloat16 [rows, width]
     (16-byte aligned rows, unit inner stride; a row view of a wider buffer is fine);
     lengths: int32 [rows], clamped to [0, width] by the kernel; out: int32 [rows, k]
-    (allocated if None); trace: int32 [rows, 8] to get the per-row trace; build:
-    (cluster, vectors) to override the launch policy; check_lengths: first raise a
-    ValueError naming the first length outside [0, width] (synchronizes). Returns out.
-    Once precompile has run, a call compiles nothing and allocates nothing (given out)."""
-    return _launch(logits, lengths, k, out, block_mode, trace, build, 1, check_lengths)
+    (allocated if None); trace: int32 [rows, 8] to get the per-row trace; build: a Build,
+    'CxTxV' or (cluster, vectors) to override the launch policy; check_lengths: first
+    raise a ValueError naming the first length outside [0, width] (synchronizes).
+    Returns out. Once precompile has run, a call compiles nothing and allocates nothing
+    (given out)."""
+    return launch(JIT, logits, lengths, k, out, block_mode, trace, build, 1, check_lengths)
 
 
 def decode_topk_seq_lens(logits, seq_lens, next_n: int, k: int, out=None, block_mode: bool = False,
@@ -1270,26 +1129,23 @@ def decode_topk_seq_lens(logits, seq_lens, next_n: int, k: int, out=None, block_
     seq_lens: int32 [rows // next_n] on the logits' device (computed in the kernel: no
     extra launch); check_lengths: raise a ValueError naming the first seq_len outside
     [0, width] (synchronizes)."""
-    return _launch(logits, seq_lens, k, out, block_mode, None, None, next_n, check_lengths)
+    return launch(JIT, logits, seq_lens, k, out, block_mode, None, None, next_n, check_lengths)
 
 
 def precompile(max_width: int, k_values=KS, block_modes=(False, True), trace: bool = False, arch=None):
     """Compile the DecodeTopK variants decode_topk launches on rows of up to max_width
-    logits and (arch None: for this device) ask each one's occupancy, so the first decode
-    call compiles nothing and queries nothing. Returns the variants compiled."""
-    check_width(max_width)
-    # The builds the policy picks at any width up to max_width, for any row count: each
-    # build's widest row (capped at max_width), with one row resident and with two rows
-    # of which only one is (so both 8x512 and 4x1024 appear).
-    widths = {min(max_width, capacity(cluster, vectors)) for cluster, vectors in BUILDS}
-    builds = sorted({build_for(rows, width, lambda cluster, vectors: 1)[::2]
-                     for width in widths for rows in (1, 2)})
+    logits and (arch None: for this device, which must be a CUDA GPU) ask each one's
+    occupancy, so the first decode call compiles nothing and queries nothing. Returns the
+    Variants compiled."""
+    builds = precompile_builds(max_width)
+    if arch is None:
+        _require_cuda("precompile() for this device (pass arch='sm_90a' or 'sm_100a' to compile without one)")
     done = []
     for k in k_values:
-        for cluster, vectors in builds:
+        for build in builds:
             for block_mode in block_modes:
-                compile_decode_topk(k, cluster, vectors, block_mode, trace, arch)
+                compile_decode_topk(k, build.cluster, build.vectors, block_mode, trace, arch)
                 if arch is None and not trace:  # the policy's occupancy query, cached too
-                    resident_clusters(cluster, vectors, k, block_mode)
-                done.append((k, cluster, vectors, block_mode))
+                    resident_clusters(build.cluster, build.vectors, k, block_mode)
+                done.append(Variant(k, build, bool(block_mode), bool(trace)))
     return done

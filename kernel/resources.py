@@ -225,16 +225,15 @@ def ptx_digest(ptx: str) -> str:
     return hashlib.sha256(ptx.encode()).hexdigest()
 
 
-def variant_name(k, cluster, vectors, block_mode, trace) -> str:
-    return f"dtk_k{k}_c{cluster}_v{vectors}_blk{int(bool(block_mode))}_tr{int(bool(trace))}"
-
-
 def worker_compile(variant, export_dir=None) -> dict:
-    """Compile one variant (k, cluster, vectors, block_mode, trace) in this worker; read
-    its resources; export it to C into export_dir if given."""
-    k, cluster, vectors, block_mode, trace = variant
+    """Compile one Variant in this worker; read its resources; export it to C into
+    export_dir if given. The row's "variant" is [k, cluster, vectors, block_mode, trace]
+    (the AOT manifest's spelling)."""
+    k, build, block_mode, trace = variant
+    cluster, vectors = build.cluster, build.vectors
     module, arch = _STATE["module"], _STATE["arch"]
-    name = variant_name(*variant)
+    name = variant.name
+    flat = [k, cluster, vectors, bool(block_mode), bool(trace)]
     log = os.path.join(_STATE["dump"], name + ".stderr")
     t0 = time.perf_counter()
     try:
@@ -243,7 +242,7 @@ def worker_compile(variant, export_dir=None) -> dict:
                                                   arch=arch)
     except BaseException as e:  # noqa: BLE001 - report any failure with its log
         text = Path(log).read_text(errors="replace")[-4000:]
-        return {"name": name, "variant": list(variant), "arch": arch, "error": f"{type(e).__name__}: {e}",
+        return {"name": name, "variant": flat, "arch": arch, "error": f"{type(e).__name__}: {e}",
                 "log": text}
     seconds = time.perf_counter() - t0
     text = Path(log).read_text(errors="replace")
@@ -253,7 +252,7 @@ def worker_compile(variant, export_dir=None) -> dict:
     ptxas = parse_ptxas(text)
     launch = launch_config(str(compiled.ir_module))
     arch_ok = isinstance(cubin, (bytes, bytearray)) and f"-arch {arch}".encode() in cubin
-    row = {"name": name, "variant": list(variant), "arch": arch, "compile_s": round(seconds, 3),
+    row = {"name": name, "variant": flat, "arch": arch, "compile_s": round(seconds, 3),
            "kernels": kernels, "cubin_bytes": len(cubin) if isinstance(cubin, (bytes, bytearray)) else None,
            "cubin_arch_ok": arch_ok, "nv_info": info, "ptxas": ptxas, "smem": launch["smem"],
            "block": launch["block"]}
@@ -280,7 +279,7 @@ def compile_all(variants, arch, module_spec=KERNEL_MODULE, jobs=2, export_dir=No
     rows = [None] * len(variants)
     with cf.ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=ctx, initializer=worker_init,
                                 initargs=(arch, module_spec, dump_root)) as pool:
-        futures = {pool.submit(worker_compile, tuple(v), export_dir): i for i, v in enumerate(variants)}
+        futures = {pool.submit(worker_compile, v, export_dir): i for i, v in enumerate(variants)}
         for fut in cf.as_completed(futures):
             row = fut.result()
             rows[futures[fut]] = row
@@ -291,10 +290,9 @@ def compile_all(variants, arch, module_spec=KERNEL_MODULE, jobs=2, export_dir=No
 
 
 def all_variants(module_spec=KERNEL_MODULE, trace=(False,)):
-    """(k, cluster, vectors, block_mode, trace) for every variant the module builds; the
-    list comes from the module's variants() (imports the DSL in this process)."""
-    module = load_kernel_module(module_spec)
-    return [(k, c, v, bool(b), bool(t)) for (k, c, v, b) in module.variants() for t in trace]
+    """Every Variant the module builds with each trace setting given: the module's
+    variants(traces) (imports the DSL in this process)."""
+    return load_kernel_module(module_spec).variants(tuple(trace))
 
 
 def format_table(rows) -> str:

@@ -27,16 +27,15 @@ sanitizer would stop the kernel.
 import numpy as np
 from numba import njit
 
-from . import policy
+from decode_topk.kernel import policy
+from decode_topk.kernel.policy import KEY_NEG_INF, KEY_POS_INF, TRACE_FIELDS, Build
+
 from .topk import validate_inputs
 
 SAMPLES = policy.SAMPLES  # 2048
 SURVIVOR_AIM = policy.SURVIVOR_AIM  # q aims at k + 2560 survivors
 CAPACITY = policy.SURVIVOR_CAPACITY  # 8192
-KEY_POS_INF = 0xFF80
-KEY_NEG_INF = 0x007F
 UNWRITTEN = -2
-TRACE_FIELDS = policy.TRACE_FIELDS
 PATH_SHORT, PATH_SAMPLED, PATH_DIRECT = 0, 1, 2
 REASON_NONE, REASON_OVERFLOW, REASON_UNDERFLOW = 0, 1, 2
 COPIES = 8  # histogram copies of the direct passes (2.8)
@@ -636,69 +635,40 @@ def _simulate_rows(logits, lengths, k, block, C, T, V, mutant, out, trace, wild)
                        skey, sidx, tmp)
 
 
-def resolve_build(rows, width, cluster=None, threads=None, vectors=None, resident=None):
-    """(cluster, threads, vectors): the given build, validated, or the policy's choice."""
-    if cluster is None and threads is None and vectors is None:
+def resolve_build(rows, width, build=None, resident=None):
+    """The Build to simulate: `build` (anything Build.parse takes), checked to hold the
+    width, or the policy's choice for rows x width with resident(build) clusters
+    resident (default: every row's cluster at once)."""
+    if build is None:
         if resident is None:
-            def resident(c, v):  # every row's cluster resident at once
+            def resident(b):  # every row's cluster resident at once
                 return rows
-        build = policy.build_for(rows, width, resident)
+        chosen = policy.build_for(rows, width, resident)
         limit = policy.max_rows(width, resident)
         if limit is not None and rows > limit:
             raise ValueError(f"rows = {rows} exceeds the {limit} rows the 16-CTA build takes at width {width}")
-        return build
-    if cluster is None or vectors is None:
-        raise ValueError(f"a build needs cluster and vectors (got cluster={cluster}, vectors={vectors})")
-    if (cluster, vectors) not in policy.BUILDS:
-        raise ValueError(f"(cluster={cluster}, vectors={vectors}) is not a build of {policy.BUILDS}")
-    if threads is None:
-        threads = policy.threads_for(cluster)
-    if threads != policy.threads_for(cluster):
-        raise ValueError(f"threads = {threads} but the {cluster}-CTA build runs {policy.threads_for(cluster)}")
-    cap = policy.capacity(cluster, vectors)
-    if width > cap:
-        raise ValueError(f"width = {width} exceeds the capacity {cap} of build "
-                         f"{cluster}x{threads}x{vectors}")
-    return cluster, threads, vectors
+        return chosen
+    chosen = Build.parse(build)
+    if width > chosen.capacity:
+        raise ValueError(f"width = {width} exceeds the capacity {chosen.capacity} of build {chosen.name}")
+    return chosen
 
 
-def build_name(build):
-    cluster, threads, vectors = build
-    return f"{cluster}x{threads}x{vectors}"
-
-
-def parse_build(name):
-    """'8x512x8' -> (8, 512, 8), validated against policy.BUILDS."""
-    try:
-        cluster, threads, vectors = (int(x) for x in name.split("x"))
-    except ValueError:
-        raise ValueError(f"build {name!r} is not CxTxV") from None
-    if (cluster, vectors) not in policy.BUILDS or threads != policy.threads_for(cluster):
-        raise ValueError(f"build {name!r} is not one of {all_builds_names()}")
-    return cluster, threads, vectors
-
-
-def all_builds():
-    return [(c, policy.threads_for(c), v) for c, v in policy.BUILDS]
-
-
-def all_builds_names():
-    return [build_name(b) for b in all_builds()]
-
-
-def simulate(logits_bits, lengths, k, block_mode=False, *, cluster=None, threads=None,
-             vectors=None, resident=None, mutant=0):
+def simulate(logits_bits, lengths, k, block_mode=False, *, build=None, resident=None, mutant=0):
     """(out int32 [rows, k], trace int32 [rows, 8]) of DecodeTopK's algorithm.
 
-    The build is (cluster, threads, vectors) if given (validated against policy.BUILDS and
-    the width), else reference.policy.build_for(rows, width, resident) with resident
-    defaulting to "every row's cluster resident". `mutant` (0: none) plants one bug of
-    MUTANTS (by id or name)."""
+    On `build` (anything Build.parse takes: a Build, 'CxTxV', (cluster, vectors)),
+    checked to hold the width, else on policy.build_for(rows, width, resident) with
+    resident defaulting to "every row's cluster resident". `mutant` (0: none) plants one
+    bug of MUTANTS (by id or name)."""
     lengths = validate_inputs(logits_bits, lengths, k)
     k = int(k)
     rows, width = logits_bits.shape
-    C, T, V = resolve_build(rows, width, cluster, threads, vectors, resident)
+    C, T, V = resolve_build(rows, width, build, resident)
     if isinstance(mutant, str):
+        if mutant not in MUTANTS:
+            raise ValueError(f"unknown mutant {mutant!r}; valid names include "
+                             f"{', '.join(list(MUTANTS)[:4])}, ... ({len(MUTANTS)} in all, model.MUTANTS)")
         mutant = MUTANTS[mutant][0]
     out = np.full((rows, k), UNWRITTEN, dtype=np.int32)
     trace = np.full((rows, len(TRACE_FIELDS)), -1, dtype=np.int32)
@@ -711,22 +681,11 @@ def simulate(logits_bits, lengths, k, block_mode=False, *, cluster=None, threads
     if bad.size:
         r = int(bad[0])
         raise RuntimeError(f"row {r}: {int(wild[r])} write(s) outside the output row or the "
-                           f"survivor buffer, or to a survivor slot already written (build {C}x{T}x{V})")
+                           f"survivor buffer, or to a survivor slot already written (build {Build(C, T, V).name})")
     return out, trace
 
 
 def decode_topk_model(logits_bits, lengths, k, block_mode=False, build=None):
-    """The model as a conformance implementation: (out, trace) on `build` (cluster,
-    threads, vectors), or on the policy's build for this batch when build is None."""
-    if build is None:
-        return simulate(logits_bits, lengths, k, block_mode)
-    cluster, threads, vectors = build
-    return simulate(logits_bits, lengths, k, block_mode, cluster=cluster, threads=threads, vectors=vectors)
-
-
-def build_for(rows, width):
-    """The build decode_topk_model chooses for rows x width when none is given."""
-    return resolve_build(rows, width)
-
-
-decode_topk_model.build_for = build_for
+    """The model as a conformance implementation: (out, trace) on `build`, or on the
+    policy's build for this batch when build is None."""
+    return simulate(logits_bits, lengths, k, block_mode, build=build)

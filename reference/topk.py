@@ -10,6 +10,8 @@ import numbers
 
 import numpy as np
 
+from decode_topk.kernel.policy import check_width
+
 from .bits import KEY_NEG_INF, KEY_POS_INF, LOGITS_PER_BLOCK, block_key, order_key
 
 KS = (512, 1024, 2048)
@@ -27,16 +29,21 @@ def validate_inputs(logits_bits, lengths, k):
     if logits_bits.ndim != 2:
         raise ValueError(f"logits_bits must be 2-D [rows, width], got shape {logits_bits.shape}")
     rows, width = logits_bits.shape
-    lengths = np.asarray(lengths)
-    if lengths.dtype.kind not in "iu":
-        raise ValueError(f"lengths must be an integer array, got dtype {lengths.dtype}")
-    if lengths.shape != (rows,):
-        raise ValueError(f"lengths must be 1-D with {rows} entries (one a row), got shape {lengths.shape}")
-    lengths = lengths.astype(np.int64)
-    bad = np.flatnonzero((lengths < 0) | (lengths > width))
+    # The kernel's own width check (SPEC.md 1.5), so the reference refuses exactly the
+    # widths the model and the kernel refuse, with the same message.
+    check_width(width)
+    given = np.asarray(lengths)
+    if given.dtype.kind not in "iu":
+        raise ValueError(f"lengths must be an integer array, got dtype {given.dtype}")
+    if given.shape != (rows,):
+        raise ValueError(f"lengths must be 1-D with {rows} entries (one a row), got shape {given.shape}")
+    # Compared in the given dtype and reported as given: converting first would wrap a
+    # uint64 above 2**63 to a negative int64 and report a value the caller never passed.
+    bad = np.flatnonzero((given < 0) | (given > width))
     if bad.size:
         row = int(bad[0])
-        raise ValueError(f"lengths[{row}] = {int(lengths[row])} is outside [0, width={width}]")
+        raise ValueError(f"lengths[{row}] = {int(given[row])} is outside [0, width={width}]")
+    lengths = given.astype(np.int64)  # safe now: every entry lies in [0, width]
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or int(k) not in KS:
         raise ValueError(f"k = {k!r} is not one of {KS}")
     return lengths
@@ -100,6 +107,11 @@ def seq_lens_lengths(seq_lens, next_n, width):
     width) valid logits. int64 arithmetic, so nothing wraps."""
     if isinstance(next_n, bool) or not isinstance(next_n, numbers.Integral) or next_n < 1:
         raise ValueError(f"next_n={next_n!r} must be an int >= 1")
-    seq = np.repeat(np.asarray(seq_lens, dtype=np.int64), next_n)
+    seq = np.asarray(seq_lens)
+    if seq.dtype.kind == "u":
+        # Every seq_len from width + next_n up gives every draft the whole width; capping in
+        # the given dtype keeps a uint64 above 2**63 from wrapping negative (an empty row).
+        seq = np.minimum(seq, width + next_n)
+    seq = np.repeat(seq.astype(np.int64), next_n)
     draft = np.arange(seq.size, dtype=np.int64) % next_n
     return np.clip(seq - next_n + 1 + draft, 0, width).astype(np.int32)

@@ -3,3 +3,17 @@ from pathlib import Path
 
 # tests/_brute.py is a helper module of the tests, imported as `_brute`.
 sys.path.insert(0, str(Path(__file__).parent))
+
+_deselected_slow = []
+
+
+def pytest_deselected(items):
+    _deselected_slow.extend(item for item in items if item.get_closest_marker("slow"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    # The default run leaves the slow tests out (pyproject's addopts): say so at the end,
+    # where a reader of `python -m pytest -q` looks, and how to run them.
+    if _deselected_slow:
+        terminalreporter.write_line(f"{len(_deselected_slow)} slow tests deselected (the default); "
+                                    f"run them with `python -m pytest -q -m slow`")

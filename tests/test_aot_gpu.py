@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from decode_topk.kernel import aot_loader  # noqa: E402
-from decode_topk.reference import policy  # noqa: E402
+from decode_topk.conformance.gpu_impl import POISON, run_numpy  # noqa: E402
+from decode_topk.kernel import aot_loader, policy  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -30,8 +30,7 @@ def test_library_matches_kernel_source():
     info = aot_loader.library_info()
     assert info["variants"], "empty library"
     have = {(v["k"], v["cluster"], v["vectors"], v["block_mode"], v["trace"]) for v in info["variants"]}
-    want = {(k, c, v, b, t) for k in policy.KS for c, v in policy.BUILDS for b in (False, True)
-            for t in (False, True)}
+    want = {(v.k, v.build.cluster, v.build.vectors, v.block_mode, v.trace) for v in policy.variants((False, True))}
     assert have == want
 
 
@@ -40,9 +39,7 @@ def test_conformance_suite_ci(every_build):
     """`python -m decode_topk.conformance --impl aot --level ci [--build all]`: outputs against the
     contract, traces against the model on the build that ran."""
     from decode_topk.conformance.suite import run_suite
-    from decode_topk.reference.model import all_builds
-
-    result = run_suite("aot", "ci", stream=sys.stdout, builds=all_builds() if every_build else None)
+    result = run_suite("aot", "ci", stream=sys.stdout, builds=list(policy.BUILDS) if every_build else None)
     assert result.ok, f"{result.violation_count} violations"
 
 
@@ -53,13 +50,13 @@ def test_trace_matches_model_every_build(build, block_mode):
     from decode_topk.reference.model import simulate
 
     rng = np.random.default_rng(7)
-    width = 40960 if build != (16, 16) else 73728  # long enough for the sampled path
+    width = 40960 if build.cluster != 16 else 73728  # long enough for the sampled path
     bits, lengths = _rows(rng, 6, width)
     lengths[:3] = (width, width - 1, 32769)
     for k in policy.KS:
-        out, trace, used = aot_loader.run_numpy(bits, lengths, k, block_mode, build=build, trace=True)
-        assert used[0] == build[0] and used[2] == build[1]
-        m_out, m_trace = simulate(bits, lengths, k, block_mode, cluster=build[0], vectors=build[1])
+        out, trace, used = run_numpy(aot_loader.AOT, bits, lengths, k, block_mode, build=build, trace=True)
+        assert used == build
+        m_out, m_trace = simulate(bits, lengths, k, block_mode, build=build)
         np.testing.assert_array_equal(trace, m_trace, err_msg=f"k={k} build={build} block={block_mode}")
         assert check(bits, lengths, k, block_mode, out) == []
 
@@ -69,9 +66,9 @@ def test_short_rows_and_poison_overwritten():
     bits, lengths = _rows(rng, 16, 4096, short=True)
     for k in policy.KS:
         for block_mode in (False, True):
-            out, trace, _ = aot_loader.run_numpy(bits, lengths, k, block_mode, trace=True)
-            assert not (out == np.int32(aot_loader.POISON)).any()
-            assert not (trace == np.int32(aot_loader.POISON)).any()
+            out, trace, _ = run_numpy(aot_loader.AOT, bits, lengths, k, block_mode, trace=True)
+            assert not (out == np.int32(POISON)).any()
+            assert not (trace == np.int32(POISON)).any()
             n = lengths if not block_mode else (lengths + 7) // 8
             for r in range(bits.shape[0]):
                 if n[r] <= k:
@@ -92,8 +89,8 @@ def test_garbage_past_length_is_ignored():
     other[past] = np.uint16(0x7FC0)
     bits[past] = rng.integers(0, 1 << 16, size=int(past.sum()), dtype=np.uint16)
     for block_mode in (False, True):
-        a_out, a_trace, _ = aot_loader.run_numpy(bits, lengths, 2048, block_mode, trace=True)
-        b_out, b_trace, _ = aot_loader.run_numpy(other, lengths, 2048, block_mode, trace=True)
+        a_out, a_trace, _ = run_numpy(aot_loader.AOT, bits, lengths, 2048, block_mode, trace=True)
+        b_out, b_trace, _ = run_numpy(aot_loader.AOT, other, lengths, 2048, block_mode, trace=True)
         assert check(bits, lengths, 2048, block_mode, a_out) == []
         assert check(other, lengths, 2048, block_mode, b_out) == []
         np.testing.assert_array_equal(a_trace, b_trace)
@@ -129,6 +126,6 @@ def test_a_forced_build_must_exist_and_hold_the_width():
 
 
 def test_occupancy_query():
-    for cluster, vectors in policy.BUILDS:
-        n = aot_loader.max_active_clusters(2048, cluster, vectors, False, False)
+    for build in policy.BUILDS:
+        n = aot_loader.max_active_clusters(2048, build.cluster, build.vectors, False, False)
         assert n is None or n > 0

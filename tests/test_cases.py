@@ -5,6 +5,8 @@ import pytest
 
 from decode_topk.conformance.cases import CASES, KERNEL_BOUNDARY_LENGTHS, LEVELS, boundary_lengths, cases, indexer_row
 from decode_topk.reference import KS, element_keys, order_key
+from decode_topk.conformance import coverage
+from decode_topk.kernel.policy import BUILDS, Build
 
 
 @pytest.fixture(scope="module")
@@ -117,3 +119,50 @@ def test_indexer_distinct_values():
     print(f"distinct BF16 values in a 131072-wide indexer-like row: {counts}")
     assert 100 <= counts[0.9] <= 300
     assert counts[0.0] > counts[0.9] > counts[0.999]
+
+
+def _top_slot_cases():
+    return [c for c in cases("ci") if c.name.startswith("top-slot-")]
+
+
+def test_top_slot_cases_cover_every_build():
+    assert sorted(name for c in _top_slot_cases() for name in c.make.keywords["builds"]) == sorted(
+        b.name for b in BUILDS)
+
+
+def _chunk_counts(build, length):
+    """Vectors of each CTA's chunk (SPEC.md 2.2)."""
+    nv = -(-length // 8)
+    return [((c + 1) * nv) // build.cluster - (c * nv) // build.cluster for c in range(build.cluster)]
+
+
+def test_top_slot_rows_are_the_shortest_to_stage_every_ctas_top_slot(ci_data):
+    for case in _top_slot_cases():
+        logits, lengths = ci_data[case.name]
+        assert logits.shape[1] > lengths.max()  # garbage past the length: the last vector is masked
+        builds = [Build.parse(name) for name in case.make.keywords["builds"]]
+        for length in set(lengths.tolist()):
+            # a chunk longer than (V - 1) T vectors reaches slot V - 1: at the length in every
+            # CTA of every build, one logit shorter not in some CTA of one of them
+            reach = [[count > (b.vectors - 1) * b.threads for count in _chunk_counts(b, length)] for b in builds]
+            shorter = [[count > (b.vectors - 1) * b.threads for count in _chunk_counts(b, length - 1)] for b in builds]
+            assert all(map(all, reach)) and not all(map(all, shorter)), (case.name, length)
+
+
+def test_top_slot_rows_hold_selected_values_in_the_top_slot(ci_data):
+    """Every vector a build stages in its top slot holds a key above the row's k-th largest
+    at the smallest k, in both modes, so a bug confined to that slot loses selected
+    indices."""
+    k = min(KS)
+    for case in _top_slot_cases():
+        logits, lengths = ci_data[case.name]
+        for r, length in enumerate(lengths.tolist()):
+            for block_mode in (False, True):
+                keys = element_keys(logits[r], length, block_mode)
+                kth = np.sort(keys)[keys.size - k]
+                for name in case.make.keywords["builds"]:
+                    vectors = coverage.top_slot_vectors(name, length)
+                    assert vectors.size >= Build.parse(name).cluster
+                    for g in vectors.tolist():
+                        top = keys[g] if block_mode else keys[8 * g: 8 * g + 8].max()
+                        assert top > kth, (case.name, r, block_mode, name, g)

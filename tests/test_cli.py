@@ -68,17 +68,17 @@ def test_trace_results_reach_the_hook(monkeypatch):
         out = decode_topk_reference(logits_bits, lengths, k, block_mode)
         return out, np.full((out.shape[0], 8), -1, np.int32)
 
-    def hook(impl_name, case, k, block_mode, logits_bits, lengths, out, trace):
-        seen.append((case.name, k, block_mode, trace.shape))
+    def hook(record, case, k, block_mode, logits_bits, lengths, trace, build=None):
+        seen.append((record.name, case.name, k, block_mode, trace.shape))
         return []
 
     monkeypatch.setattr("decode_topk.conformance.suite.compare_traces", hook)
-    registry.register("traced-for-test", lambda: with_trace)
+    registry.register("traced-for-test", lambda: with_trace, returns_trace=True)
     try:
         result = run_suite("traced-for-test", "ci", case_filter="monotone", stream=None)
     finally:
         registry.unregister("traced-for-test")
-    assert result.ok and len(seen) == 6
+    assert result.ok and len(seen) == 6 and seen[0][0] == "traced-for-test"
 
 
 def test_registry_rules():
@@ -116,3 +116,29 @@ def test_an_implementation_that_cannot_load_exits_2(capsys):
         assert "cannot run here: RuntimeError: needs a CUDA GPU" in capsys.readouterr().err
     finally:
         registry.unregister("unloadable")
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "decode_topk.conformance", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_help_is_complete():
+    """--help carries the whole description (not a line cut mid-sentence), names every
+    builtin and the pkg.module:attr form, and lists the subcommands."""
+    from decode_topk.conformance import __main__ as cli
+
+    result = _cli("--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    for sentence in cli.__doc__.split("\n\n")[1:]:
+        assert " ".join(sentence.split()) in text
+    assert f"implementation: {', '.join(registry.names())}, or pkg.module:attr" in text
+    assert all(command in text for command in ("gen ", "out ", "ver "))
+
+
+def test_a_filter_matching_nothing_exits_2_saying_why():
+    result = _cli("--case", "needels")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "no case of level 'ci' matches --case 'needels'; closest: needles" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

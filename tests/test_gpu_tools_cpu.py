@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from decode_topk.conformance import gpu_check as tc  # noqa: E402
 from decode_topk.conformance.checker import check as np_check  # noqa: E402
-from decode_topk.reference import policy  # noqa: E402
+from decode_topk.kernel import policy  # noqa: E402
 from decode_topk.reference.topk import decode_topk_reference  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -37,20 +37,18 @@ def test_torch_checker_agrees_with_numpy_checker():
 
 
 def _fake_library(monkeypatch, mutant=0):
-    """Patch kernel.aot_loader so that 'launches' run the model on CPU tensors."""
+    """Patch the AOT loader and the NumPy adapter so that 'launches' run the model on CPU
+    tensors."""
+    from decode_topk.conformance import gpu_impl
     from decode_topk.kernel import aot_loader
     from decode_topk.reference.model import simulate
 
     def build_of(rows, width, build):
-        if build is None:
-            c, _, v = policy.build_for(rows, width, lambda c, v: 10**6)
-            return c, v
-        return aot_loader.parse_build(build)
+        return policy.build_for(rows, width, lambda b: 10**6) if build is None else policy.Build.parse(build)
 
     def fake_decode(logits, lengths, k, out=None, block_mode=False, trace=None, build=None):
         bits = logits.contiguous().view(torch.int16).numpy().view(np.uint16)
-        c, v = build_of(*bits.shape, build)
-        o, t = simulate(bits, lengths.numpy(), k, block_mode, cluster=c, vectors=v, mutant=mutant)
+        o, t = simulate(bits, lengths.numpy(), k, block_mode, build=build_of(*bits.shape, build), mutant=mutant)
         out = torch.from_numpy(o) if out is None else out.copy_(torch.from_numpy(o))
         if trace is None or trace is False:
             return out
@@ -60,17 +58,17 @@ def _fake_library(monkeypatch, mutant=0):
             trace.copy_(torch.from_numpy(t))
         return out, trace
 
-    def fake_run_numpy(bits, lengths, k, block_mode=False, build=None, trace=True, device="cpu"):
-        c, v = build_of(*bits.shape, build)
-        o, t = simulate(bits, lengths, k, block_mode, cluster=c, vectors=v, mutant=mutant)
-        return o, t, (c, policy.threads_for(c), v)
+    def fake_run_numpy(launcher, bits, lengths, k, block_mode=False, build=None, trace=True, device="cpu"):
+        ran = build_of(*bits.shape, build)
+        o, t = simulate(bits, lengths, k, block_mode, build=ran, mutant=mutant)
+        return o, t, ran
 
     monkeypatch.setattr(aot_loader, "library_info", lambda: {"arch": "fake", "kernel_source_sha256": "0" * 64,
                                                              "variants": [{}] * 48})
     monkeypatch.setattr(aot_loader, "max_active_clusters", lambda *a, **kw: 10**6)
-    monkeypatch.setattr(aot_loader, "resident_for", lambda *a, **kw: (lambda c, v: 10**6))
+    monkeypatch.setattr(aot_loader, "resident_for", lambda *a, **kw: (lambda b: 10**6))
     monkeypatch.setattr(aot_loader, "decode_topk_aot", fake_decode)
-    monkeypatch.setattr(aot_loader, "run_numpy", fake_run_numpy)
+    monkeypatch.setattr(gpu_impl, "run_numpy", fake_run_numpy)
 
 
 @pytest.mark.parametrize("mutant", [0, "gt_rank_collision"])
@@ -131,7 +129,7 @@ def test_launch_slices_respect_the_two_wave_limit(monkeypatch):
     from decode_topk.kernel import aot_loader
 
     monkeypatch.setattr(aot_loader, "resident_for", lambda k, block_mode=False, trace=False, device=None:
-                        lambda cluster, vectors: 7)
+                        lambda build: 7)
     wide = policy.MAX_WIDTH
     assert aot_loader.launch_slices(30, wide, 512) == [slice(0, 14), slice(14, 28), slice(28, 30)]
     assert aot_loader.launch_slices(32, wide, 512, next_n=4) == [slice(0, 12), slice(12, 24), slice(24, 32)]

@@ -26,7 +26,7 @@ import pytest
 pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed")
 
 from decode_topk.kernel import resources  # noqa: E402
-from decode_topk.reference import policy  # noqa: E402
+from decode_topk.kernel import policy  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ ARCHS = ("sm_90a", "sm_100a")
 SMEM_OPTIN_LIMIT = 232448  # bytes a block may opt in to on sm_90a and sm_100a (227 KB)
 JOBS = int(os.environ.get("DTK_COMPILE_JOBS", min(4, os.cpu_count() or 1)))
 OUT_DIR = Path(__file__).resolve().parent.parent / "build"
-TRACED = (2048, 8, 8, False, True)  # the one variant also compiled with the trace on
+TRACED = policy.Variant(2048, policy.Build.of(8, 8), False, True)  # the one variant also compiled with the trace on
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +63,8 @@ def _bad(rows, predicate):
 def test_every_variant_compiles(table):
     errors = [f"{r['name']}@{r['arch']}: {r['error']}\n{r.get('log', '')[-2000:]}" for r in table if r.get("error")]
     assert not errors, "\n\n".join(errors)
-    want = {(k, c, v, b) for (k, c, v, b) in resources.load_kernel_module(resources.KERNEL_MODULE).variants()}
-    assert want == {(k, c, v, b) for k in policy.KS for c, v in policy.BUILDS for b in (False, True)}
+    have = set(resources.load_kernel_module(resources.KERNEL_MODULE).variants())
+    assert have == {policy.Variant(k, b, m) for k in policy.KS for b in policy.BUILDS for m in (False, True)}
 
 
 def test_no_local_memory(table):

@@ -8,10 +8,11 @@ from hypothesis import strategies as st
 
 from decode_topk.conformance.checker import check
 from decode_topk.conformance.trace import expected_trace, trace_invariants
-from decode_topk.reference import bf16_bits_from_float32, policy
-from decode_topk.reference.model import MUTANTS, all_builds, build_name, parse_build, resolve_build, simulate
+from decode_topk.kernel import policy
+from decode_topk.reference import bf16_bits_from_float32
+from decode_topk.reference.model import MUTANTS, resolve_build, simulate
+from decode_topk.kernel.policy import BUILDS, Build
 
-BUILDS = all_builds()
 SPECIALS = np.array([0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81, 0x7FFF, 0x3F80], np.uint16)
 # Widths around the path thresholds: one vector a thread at C T = 4096 (32768 logits) and
 # 8192 (65536), so that every build sees short, direct and sampled rows.
@@ -19,7 +20,7 @@ WIDTHS = (8, 600, 4104, 17000, 32768, 32776, 40000, 65536, 65544, 90000)
 
 
 def _fits(width, build):
-    return width <= policy.capacity(build[0], build[2])
+    return width <= build.capacity
 
 
 @st.composite
@@ -52,7 +53,7 @@ def test_model_conforms_on_every_build(batch, k, block_mode):
     for build in BUILDS:
         if not _fits(logits.shape[1], build):
             continue
-        out, trace = simulate(logits, lengths, k, block_mode, cluster=build[0], vectors=build[2])
+        out, trace = simulate(logits, lengths, k, block_mode, build=build)
         assert out.dtype == np.int32 and out.shape == (logits.shape[0], k)
         assert trace.dtype == np.int32 and trace.shape == (logits.shape[0], 8)
         assert check(logits, lengths, k, block_mode, out) == [], build
@@ -65,7 +66,7 @@ def _row(width, length, seed=0):
     return logits, np.array([length], np.int32)
 
 
-@pytest.mark.parametrize("build", BUILDS, ids=build_name)
+@pytest.mark.parametrize("build", BUILDS, ids=str)
 def test_paths_follow_spec(build):
     cluster, threads, vectors = build
     one_vector_a_thread = 8 * cluster * threads  # nv = C T
@@ -77,7 +78,7 @@ def test_paths_follow_spec(build):
     ]
     for block_mode, length, path in cases:
         logits, lengths = _row(max(length, 8), length)
-        _, trace = simulate(logits, lengths, k, block_mode, cluster=cluster, vectors=vectors)
+        _, trace = simulate(logits, lengths, k, block_mode, build=(cluster, vectors))
         got = int(trace[0, 0]) if trace[0, 1] == 0 else 1  # a fallback row attempted sampling
         assert got == path, (block_mode, length, trace[0].tolist())
         assert trace_invariants(logits, lengths, k, block_mode, trace, build) == []
@@ -95,7 +96,7 @@ def test_sampled_trace_fields():
     logits = rng.integers(0x3000, 0x4000, size=(2, 131072), dtype=np.uint16)
     lengths = np.array([131072, 100001], np.int32)
     for build in BUILDS:
-        _, trace = simulate(logits, lengths, 1024, False, cluster=build[0], vectors=build[2])
+        _, trace = simulate(logits, lengths, 1024, False, build=build)
         assert (trace[:, 0] == 1).all(), trace
         assert trace[0, 2] == (2048 * (1024 + 2560) + 131071) // 131072
         assert np.array_equal(trace, expected_trace(logits, lengths, 1024, False, build))
@@ -105,35 +106,32 @@ def test_policy_chooses_the_build():
     rng = np.random.default_rng(4)
     logits = rng.integers(0, 0x7F00, size=(3, 40000), dtype=np.uint16)
     lengths = np.array([40000, 39999, 33000], np.int32)
-    for resident, build in ((lambda c, v: 3, (8, 512, 8)), (lambda c, v: 2, (4, 1024, 8))):
+    for resident, build in ((lambda b: 3, (8, 512, 8)), (lambda b: 2, (4, 1024, 8))):
         assert resolve_build(3, 40000, resident=resident) == build
         got = simulate(logits, lengths, 512, False, resident=resident)
-        want = simulate(logits, lengths, 512, False, cluster=build[0], vectors=build[2])
+        want = simulate(logits, lengths, 512, False, build=build)
         assert all(np.array_equal(a, b) for a, b in zip(got, want))
     assert resolve_build(3, 300000) == (8, 512, 16)
     assert resolve_build(3, 600000) == (16, 512, 16)
     with pytest.raises(ValueError, match="rows"):
-        resolve_build(5, 600000, resident=lambda c, v: 2)
+        resolve_build(5, 600000, resident=lambda b: 2)
 
 
 def test_build_validation():
     logits, lengths = _row(64, 64)
-    with pytest.raises(ValueError, match="cluster=2"):
-        simulate(logits, lengths, 512, cluster=2, vectors=8)
-    with pytest.raises(ValueError, match="vectors=16"):
-        simulate(logits, lengths, 512, cluster=4, vectors=16)
-    with pytest.raises(ValueError, match="threads = 1024"):
-        simulate(logits, lengths, 512, cluster=8, threads=1024, vectors=8)
-    with pytest.raises(ValueError, match="cluster and vectors"):
-        simulate(logits, lengths, 512, threads=512)
+    for bad in ((2, 8), (4, 16), (8, 1024, 8), "8x512", "8x512x8x1", (8.0, 8), True):
+        with pytest.raises(ValueError, match=r"build .* is not"):
+            simulate(logits, lengths, 512, build=bad)
     wide = np.zeros((1, 262152), np.uint16)
     with pytest.raises(ValueError, match="262152"):
-        simulate(wide, np.array([10], np.int32), 512, cluster=8, vectors=8)
+        simulate(wide, np.array([10], np.int32), 512, build="8x512x8")
     with pytest.raises(ValueError, match="1048584"):
         simulate(np.zeros((1, 1048584), np.uint16), np.array([1], np.int32), 512)
-    assert parse_build("16x512x16") == (16, 512, 16)
+    for spelling in ("16x512x16", (16, 16), (16, 512, 16), Build(16, 512, 16)):
+        assert Build.parse(spelling) == Build(16, 512, 16)
+        assert Build.parse(spelling).name == "16x512x16"
     with pytest.raises(ValueError):
-        parse_build("4x512x8")
+        Build.parse("4x512x8")
 
 
 def test_input_validation():

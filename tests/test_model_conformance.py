@@ -1,6 +1,7 @@
 """The model through the conformance suite: every build, every path and fallback reached,
 the trace checks wired in (a wrong trace fails the suite)."""
 
+import dataclasses
 import io
 import subprocess
 import sys
@@ -10,9 +11,10 @@ import numpy as np
 import pytest
 
 from decode_topk.conformance import registry, run_suite
-from decode_topk.conformance.algorithm_cases import INTENTS
+from decode_topk.conformance.cases import cases
 from decode_topk.reference.topk import KS
-from decode_topk.reference.model import all_builds, build_name, simulate
+from decode_topk.reference.model import simulate
+from decode_topk.kernel.policy import BUILDS, Build
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ("path:short", "path:sampled", "path:direct", "reason:overflow", "reason:underflow")
@@ -21,23 +23,24 @@ REQUIRED = ("path:short", "path:sampled", "path:direct", "reason:overflow", "rea
 @pytest.fixture(scope="module")
 def ci_result():
     stream = io.StringIO()
-    result = run_suite("model", "ci", stream=stream, builds=all_builds())
+    result = run_suite("model", "ci", stream=stream, builds=list(BUILDS))
     return result, stream.getvalue()
 
 
 def test_model_passes_ci_on_every_build(ci_result):
     result, text = ci_result
     assert result.ok, text[-3000:]
-    assert {run.build for run in result.runs} == {build_name(b) for b in all_builds()}
+    assert text.splitlines()[0].split()[-2:] == ["seconds", "build"]  # the build column's header
+    assert {run.build for run in result.runs} == {b.name for b in list(BUILDS)}
 
 
 def test_ci_reaches_every_path_and_reason_on_every_build(ci_result):
     result, text = ci_result
     coverage = result.coverage()
-    for build in all_builds():
-        cov = coverage[build_name(build)]
+    for build in list(BUILDS):
+        cov = coverage[build.name]
         missing = [key for key in REQUIRED if cov.get(key, 0) == 0]
-        assert missing == [], (build_name(build), cov)
+        assert missing == [], (build.name, cov)
     assert "trace coverage (rows):" in text and "fallback overflow=" in text
 
 
@@ -48,10 +51,10 @@ def traced_impl():
     def register(name, spoil):
         def impl(logits_bits, lengths, k, block_mode, build=None):
             out, trace = simulate(logits_bits, lengths, k, block_mode,
-                                  cluster=build[0], threads=build[1], vectors=build[2])
+                                  build=build)
             spoil(out, trace)
             return out, trace
-        registry.register(name, lambda: impl)
+        registry.register(name, lambda: impl, returns_trace=True, takes_build=True)
         names.append(name)
         return name
 
@@ -90,8 +93,9 @@ def test_cli_model_one_build():
                              "--case", "sampled-over", "--build", "16x512x16"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    # the coverage line follows the case's intents (algorithm_cases.INTENTS), one row a spec and k
-    intents = [row for k in KS for row in INTENTS["sampled-overflow"]((16, 512, 16), k)]
+    # the coverage line follows the case's intent, one row a spec and k
+    case = next(c for c in cases("ci") if c.name == "sampled-overflow")
+    intents = [row for k in KS for row in case.intent(Build.parse("16x512x16"), k)]
     sampled = sum(path == 1 for path, _ in intents)
     overflow = sum(reason == 1 for _, reason in intents)
     assert overflow and sampled, intents
@@ -100,3 +104,23 @@ def test_cli_model_one_build():
     bad = subprocess.run([sys.executable, "-m", "decode_topk.conformance", "--impl", "model", "--build", "2x512x8"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "2x512x8" in bad.stderr
+
+
+def test_the_intent_is_read_from_the_case():
+    """compare_traces takes the intent from the case it is given, not from its name."""
+    from decode_topk.conformance.suite import compare_traces
+
+    case = next(c for c in cases("ci") if c.name == "sampled-overflow")
+    logits, lengths = case.generate()
+    build = Build.parse("8x512x8")
+    _, trace = simulate(logits, lengths, 512, False, build=build)
+    model = registry.record("model")
+    assert compare_traces(model, case, 512, False, logits, lengths, trace, build) == []
+    wrong = dataclasses.replace(case, intent=lambda b, k: [(0, 0)] * len(lengths))
+    assert {v.reason for v in compare_traces(model, wrong, 512, False, logits, lengths, trace, build)} == {
+        "trace-intent"}
+    renamed = dataclasses.replace(case, name="renamed-for-test")
+    no_fallback = trace.copy()
+    no_fallback[:, 1] = 0
+    found = compare_traces(model, renamed, 512, False, logits, lengths, no_fallback, build)
+    assert "trace-intent" in {v.reason for v in found}

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 import _entries  # noqa: E402
 from decode_topk.conformance.checker import check  # noqa: E402
-from decode_topk.kernel.aot_loader import POISON  # noqa: E402
+from decode_topk.conformance.gpu_impl import POISON  # noqa: E402
 from decode_topk.reference.topk import seq_lens_lengths  # noqa: E402
 
 pytestmark = pytest.mark.gpu

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 import _entries  # noqa: E402
 from decode_topk.conformance import gpu_check  # noqa: E402
-from decode_topk.kernel.aot_loader import POISON  # noqa: E402
+from decode_topk.conformance.gpu_impl import POISON  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -1,8 +1,7 @@
 """Bad input gets a ValueError naming the value, before any launch (SPEC.md 1.5).
 
-The checks are one function, check_inputs in kernel/decode_topk_cute.py's config section,
-which the DSL module, the AOT loader and the custom op all call (reference.policy loads it
-without the DSL). The CPU tests call it directly for what a CPU machine can build; the GPU
+The checks are one function, check_inputs in kernel/policy.py, which the host front end
+(policy.launch) calls for the DSL module, the AOT loader and the custom op alike. The CPU tests call it directly for what a CPU machine can build; the GPU
 tests send each kind of bad input through every entry point (tests/_entries.py).
 """
 
@@ -13,11 +12,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import _entries  # noqa: E402
-from decode_topk.reference import policy  # noqa: E402
+from decode_topk.kernel import policy  # noqa: E402
 
 
-def _resident(cluster, vectors):
-    return {(8, 8): 15, (4, 8): 30, (8, 16): 15, (16, 16): 7}[(cluster, vectors)]
+def _resident(build):
+    return {(8, 8): 15, (4, 8): 30, (8, 16): 15, (16, 16): 7}[(build.cluster, build.vectors)]
 
 
 def _args(rows=4, width=1024, k=512, device="cpu"):

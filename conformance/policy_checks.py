@@ -1,0 +1,192 @@
+"""The launch policy at its edges (SPEC.md 2.1), and planted policy bugs.
+
+A build chosen one logit or one row off at a threshold changes no output and no trace,
+only speed (or, at the 16-CTA build's wave limit, whether a launch is taken at all), so
+the conformance suite cannot see it. `edge_problems()` states SPEC 2.1's thresholds as a
+table of (rows, width) -> build at each edge and one past it, for several resident
+counts, and returns every disagreement with the policy as it is imported now.
+
+`POLICY_MUTANTS` are realistic bugs of the policy (name -> (description, patch)); `patch`
+returns {function name: replacement} for kernel/policy.py's module globals, so a mutant
+changes the policy every caller sees (the functions look each other up by name). The
+mutation campaign (`python -m decode_topk.conformance.mutation --target policy`) requires
+`edge_problems` to report each one.
+"""
+
+import contextlib
+
+from decode_topk.kernel import policy
+
+# SPEC 2.1's thresholds, spelled out here rather than derived from the policy's own
+# capacities, so that a wrong capacity is seen too.
+EDGE_8 = 262144  # 8x512x8 and 4x1024x8
+EDGE_16 = 524288  # 8x512x16
+EDGE_MAX = 1048576  # 16x512x16
+
+
+def _resident_table(small, large16):
+    """resident(build): `small` clusters of each 8- and 4-CTA build, `large16` of 16x512x16."""
+    return lambda build: large16 if build.cluster == 16 else small
+
+
+def expected_build(rows, width, resident):
+    """SPEC 2.1's build for rows x width, as a name (independent of kernel/policy.py)."""
+    if width <= EDGE_8:
+        return "8x512x8" if rows <= resident(policy.Build(8, 512, 8)) else "4x1024x8"
+    if width <= EDGE_16:
+        return "8x512x16"
+    return "16x512x16"
+
+
+def expected_max_rows(width, resident):
+    return None if width <= EDGE_16 else 2 * resident(policy.Build(16, 512, 16))
+
+
+def edge_problems(p=policy):
+    """Disagreements of policy module `p` with SPEC 2.1 at every threshold (a policy that
+    raises where SPEC 2.1 has an answer is one too)."""
+    try:
+        return _edge_problems(p)
+    except Exception as exc:  # noqa: BLE001 - a broken policy is a finding, not a crash
+        return [f"the policy raised {type(exc).__name__}: {exc}"]
+
+
+def _edge_problems(p):
+    problems = []
+    widths = sorted({0, 1, 8, 4096, EDGE_8 - 1, EDGE_8, EDGE_8 + 1, EDGE_16 - 1, EDGE_16, EDGE_16 + 1,
+                     EDGE_MAX - 1, EDGE_MAX})
+    for small, large16 in ((15, 7), (30, 14), (1, 1)):
+        resident = _resident_table(small, large16)
+        for width in widths:
+            for rows in sorted({1, small - 1, small, small + 1, 2 * large16, 2 * large16 + 1} - {0}):
+                try:
+                    got = p.build_for(rows, width, resident).name
+                except ValueError as exc:
+                    got = f"ValueError({exc})"
+                want = expected_build(rows, width, resident)
+                if got != want:
+                    problems.append(f"build_for(rows={rows}, width={width}, resident {small}/{large16}): "
+                                    f"{got}, SPEC 2.1 says {want}")
+            got_limit = p.max_rows(width, resident)
+            if got_limit != expected_max_rows(width, resident):
+                problems.append(f"max_rows(width={width}, resident {small}/{large16}): {got_limit}, "
+                                f"SPEC 2.1 says {expected_max_rows(width, resident)}")
+    for width in (-1, EDGE_MAX + 1, EDGE_MAX + 8):
+        try:
+            p.check_width(width)
+            problems.append(f"check_width({width}) accepted a width no build holds")
+        except ValueError:
+            pass
+    for width in (0, EDGE_MAX):
+        try:
+            p.check_width(width)
+        except ValueError as exc:
+            problems.append(f"check_width({width}) refused a width a build holds: {exc}")
+    for build, capacity in (("8x512x8", EDGE_8), ("4x1024x8", EDGE_8), ("8x512x16", EDGE_16),
+                            ("16x512x16", EDGE_MAX)):
+        if p.Build.parse(build).capacity != capacity:
+            problems.append(f"{build}.capacity is {p.Build.parse(build).capacity}, SPEC 2.1 says {capacity}")
+    for cluster, want in ((4, 1024), (8, 512), (16, 512)):
+        if p.threads_for(cluster) != want:
+            problems.append(f"threads_for({cluster}) = {p.threads_for(cluster)}, SPEC 2.1 says {want}")
+    want_builds = {(4, 8): 8, (8, EDGE_8): 8, (8, EDGE_8 + 1): 16, (8, EDGE_16): 16, (8, EDGE_16 + 1): None,
+                   (16, EDGE_MAX): 16}
+    for (cluster, width), want in want_builds.items():
+        if p.vectors_for(width, cluster) != want:
+            problems.append(f"vectors_for({width}, {cluster}) = {p.vectors_for(width, cluster)}, SPEC 2.1 says {want}")
+    precompiled = {b.name for b in p.precompile_builds(EDGE_MAX)}
+    if precompiled != {"8x512x8", "4x1024x8", "8x512x16", "16x512x16"}:
+        problems.append(f"precompile_builds({EDGE_MAX}) = {sorted(precompiled)}, not every build of SPEC 2.1")
+    if {b.name for b in p.precompile_builds(EDGE_8)} != {"8x512x8", "4x1024x8"}:
+        problems.append(f"precompile_builds({EDGE_8}) = {sorted(b.name for b in p.precompile_builds(EDGE_8))}")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------
+# Planted bugs
+# ---------------------------------------------------------------------------------------
+def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width_16=lambda w, c: w <= c):
+    def cluster_for(rows, width, resident):
+        policy.check_width(width)
+        if width_8(width, policy.Build.of(8, 8).capacity):
+            return 8 if rows_ok(rows, resident(policy.Build.of(8, 8))) else 4
+        if width_16(width, policy.Build.of(8, 16).capacity):
+            return 8
+        return 16
+    return {"cluster_for": cluster_for}
+
+
+def _max_rows(waves=2, edge=lambda w, c: w <= c):
+    def max_rows(width, resident):
+        policy.check_width(width)
+        if edge(width, policy.Build.of(8, 16).capacity):
+            return None
+        return waves * resident(policy.Build.of(16, 16))
+    return {"max_rows": max_rows}
+
+
+def _vectors_for(fits=lambda w, c: w <= c, choices=None):
+    def vectors_for(width, cluster):
+        for vectors in (choices or policy.vector_choices)(cluster):
+            if fits(width, policy.Build.of(cluster, vectors).capacity):
+                return vectors
+        return None
+    return {"vectors_for": vectors_for}
+
+
+def _check_width(low=0, high=policy.MAX_WIDTH):
+    def check_width(width):
+        if not low <= width <= high:
+            raise ValueError(f"row width {width} is outside [{low}, {high}]")
+    return {"check_width": check_width}
+
+
+POLICY_MUTANTS = {
+    "width_8_strict": ("8-CTA 8-vector builds only for width < 262144 (not <=)",
+                       lambda: _cluster_for(width_8=lambda w, c: w < c)),
+    "width_8_past": ("8-vector builds take width 262145", lambda: _cluster_for(width_8=lambda w, c: w <= c + 1)),
+    "resident_strict": ("8x512x8 only while rows < resident (not <=)", lambda: _cluster_for(rows_ok=lambda r, n: r < n)),
+    "resident_past": ("8x512x8 for rows = resident + 1", lambda: _cluster_for(rows_ok=lambda r, n: r <= n + 1)),
+    "rows_ignored": ("8x512x8 whatever the rows", lambda: _cluster_for(rows_ok=lambda r, n: True)),
+    "width_16_strict": ("8x512x16 only for width < 524288", lambda: _cluster_for(width_16=lambda w, c: w < c)),
+    "width_16_past": ("8x512x16 takes width 524289", lambda: _cluster_for(width_16=lambda w, c: w <= c + 1)),
+    "waves_three": ("the 16-CTA build takes three waves", lambda: _max_rows(waves=3)),
+    "waves_one": ("the 16-CTA build takes one wave", lambda: _max_rows(waves=1)),
+    "waves_edge_strict": ("the wave limit applies from width 524288 (not 524289)",
+                          lambda: _max_rows(edge=lambda w, c: w < c)),
+    "vectors_strict": ("16 vectors a thread already at the 8-vector capacity",
+                       lambda: _vectors_for(fits=lambda w, c: w < c)),
+    "vectors_always_16": ("16 vectors a thread whenever the cluster may stage 16",
+                          lambda: _vectors_for(choices=lambda c: (16,) if policy.threads_for(c) == 512 else (8,))),
+    "width_max_past": ("check_width accepts 1048577", lambda: _check_width(high=policy.MAX_WIDTH + 1)),
+    "width_max_strict": ("check_width refuses 1048576", lambda: _check_width(high=policy.MAX_WIDTH - 1)),
+    "width_negative": ("check_width accepts -1", lambda: _check_width(low=-1)),
+    "threads_swapped": ("1024 threads at 8 CTAs, 512 at 4",
+                        lambda: {"threads_for": lambda cluster: 1024 if cluster == 8 else 512}),
+}
+
+
+@contextlib.contextmanager
+def planted(name):
+    """Within the block, kernel/policy.py carries the policy mutant `name`."""
+    if name not in POLICY_MUTANTS:
+        raise ValueError(f"unknown policy mutant {name!r}; known: {', '.join(sorted(POLICY_MUTANTS))}")
+    replacements = POLICY_MUTANTS[name][1]()
+    saved = {attr: getattr(policy, attr) for attr in replacements}
+    try:
+        for attr, value in replacements.items():
+            setattr(policy, attr, value)
+        yield
+    finally:
+        for attr, value in saved.items():
+            setattr(policy, attr, value)
+
+
+def campaign(names=None):
+    """{mutant: problems reported while it is planted} ([] = survived)."""
+    return {name: _problems_under(name) for name in (names or POLICY_MUTANTS)}
+
+
+def _problems_under(name):
+    with planted(name):
+        return edge_problems()

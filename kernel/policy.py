@@ -1,0 +1,348 @@
+"""DecodeTopK's host side without the DSL: the constants of SPEC.md part 2, the builds and
+the launch policy (SPEC.md 2.1), the input checks (SPEC.md 1.5) and the host front end
+that every launcher shares.
+
+Plain Python: torch is imported inside the functions that read tensors, never at import,
+so the model (reference/model.py), the conformance suite and the AOT loader use the very
+rules the kernel module uses. The kernel module (decode_topk_cute.py) imports these names
+from here; its single-file vendorable form, written by `python -m
+decode_topk.kernel.vendor`, carries this module's body inlined at that import, so this
+module may import only the standard library.
+
+The front end, `launch`, is the skeleton of one call (output, checks, empty batch, the
+build) written once; a *launcher* supplies what differs between the DSL JIT and the AOT
+library: how many clusters of a build the device keeps resident, and how one variant is
+enqueued on the current stream.
+"""
+
+import typing
+
+# ---------------------------------------------------------------------------------------
+# Constants (SPEC.md part 2)
+# ---------------------------------------------------------------------------------------
+LOGITS_PER_VECTOR = 8  # one 16-byte vector of BF16 logits, or one block
+SAMPLES = 2048  # sampled path: samples a row
+SURVIVOR_CAPACITY = 8192  # sampled path: survivors CTA 0 can hold
+# Sampled path: q aims at k + SURVIVOR_AIM survivors, which balances the two fallbacks
+# (under k, over SURVIVOR_CAPACITY) at the widest rows (SPEC.md 2.4, bench/fallback_rates.py).
+SURVIVOR_AIM = 2560
+KS = (512, 1024, 2048)
+MAX_WIDTH = 1048576
+WAVES_16 = 2  # the 16-CTA build takes at most two waves
+KEY_POS_INF = 0xFF80  # order_key(+inf): the pinned newest block
+KEY_NEG_INF = 0x007F  # order_key(-inf): a block written as -1
+TRACE_FIELDS = ("path", "reason", "q", "cutoff", "gt", "eq", "kth", "above")
+# The profile build appends, per row, CTA 0's %clock at these points (bench/, not a contract).
+PROFILE_STAMPS = ("start", "inputs", "staged", "started", "samples", "cutoff", "queued", "counted",
+                  "reserved", "placed", "survivors", "survivor_kth", "emitted", "pass1", "pass2", "end")
+
+
+# ---------------------------------------------------------------------------------------
+# Builds and variants
+# ---------------------------------------------------------------------------------------
+def threads_for(cluster):
+    """Threads a CTA: 1024 at 4 CTAs a row, else 512."""
+    return 1024 if cluster == 4 else 512
+
+
+def vector_choices(cluster):
+    """The 16-byte vectors a thread may stage: 8, or 16 at 512 threads (1024 threads
+    leave too few registers for 16)."""
+    return (8,) if threads_for(cluster) == 1024 else (8, 16)
+
+
+class Build(typing.NamedTuple):
+    """One launch shape: `cluster` CTAs a row, `threads` a CTA, `vectors` 16-byte vectors
+    staged a thread. Spelled `CxTxV` (its name, e.g. 8x512x8) wherever a person types it."""
+
+    cluster: int
+    threads: int
+    vectors: int
+
+    @property
+    def name(self):
+        return f"{self.cluster}x{self.threads}x{self.vectors}"
+
+    @property
+    def capacity(self):
+        """Logits a row of this build may hold."""
+        return self.cluster * self.threads * self.vectors * LOGITS_PER_VECTOR
+
+    def __str__(self):
+        return self.name
+
+    @classmethod
+    def of(cls, cluster, vectors):
+        """The build of `cluster` CTAs staging `vectors` a thread (threads_for(cluster))."""
+        return cls(cluster, threads_for(cluster), vectors)
+
+    @classmethod
+    def parse(cls, spec):
+        """The Build named by spec: a Build, 'CxTxV', (cluster, vectors) or
+        (cluster, threads, vectors); ValueError unless it is one of BUILDS."""
+        if isinstance(spec, cls):
+            parts = tuple(spec)
+        elif isinstance(spec, str):
+            try:
+                parts = tuple(int(x) for x in spec.split("x"))
+            except ValueError:
+                raise ValueError(f"build {spec!r} is not CxTxV (e.g. {BUILDS[0].name})") from None
+        elif isinstance(spec, (tuple, list)) and all(isinstance(x, int) and not isinstance(x, bool) for x in spec):
+            parts = tuple(spec)
+        else:
+            raise ValueError(f"build {spec!r} is not a Build, 'CxTxV', (cluster, vectors) or "
+                             f"(cluster, threads, vectors)")
+        if len(parts) == 2:
+            parts = (parts[0], threads_for(parts[0]), parts[1])
+        if len(parts) != 3 or parts not in BUILDS:
+            raise ValueError(f"build {spec!r} is not one of {', '.join(b.name for b in BUILDS)}")
+        return cls(*parts)
+
+
+# The builds of SPEC.md 2.1.
+BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in ((8, 8), (4, 8), (8, 16), (16, 16)))
+
+
+class Variant(typing.NamedTuple):
+    """One compiled kernel: k, build, mode and whether it writes the trace."""
+
+    k: int
+    build: Build
+    block_mode: bool
+    trace: bool = False
+
+    @property
+    def name(self):
+        """The variant's C identifier (the AOT library's function prefix)."""
+        return (f"dtk_k{self.k}_c{self.build.cluster}_v{self.build.vectors}_blk{int(self.block_mode)}"
+                f"_tr{int(self.trace)}")
+
+
+def variants(traces=(False,)):
+    """Every Variant the kernel module builds, k-major, with each trace setting given."""
+    return [Variant(k, build, block_mode, trace) for k in KS for build in BUILDS
+            for block_mode in (False, True) for trace in traces]
+
+
+# ---------------------------------------------------------------------------------------
+# The launch policy (SPEC.md 2.1). resident(build) -> how many clusters of that build the
+# device keeps resident at once (the launcher's occupancy query).
+# ---------------------------------------------------------------------------------------
+def vectors_for(width, cluster):
+    """The fewest staged vectors a thread whose cluster holds a row of width logits, or
+    None if no choice holds it."""
+    for vectors in vector_choices(cluster):
+        if width <= Build.of(cluster, vectors).capacity:
+            return vectors
+    return None
+
+
+def check_width(width):
+    """Raise ValueError unless 0 <= width <= MAX_WIDTH."""
+    if not 0 <= width <= MAX_WIDTH:
+        raise ValueError(f"row width {width} is outside [0, {MAX_WIDTH}]: no DecodeTopK build holds it")
+
+
+def cluster_for(rows, width, resident):
+    """CTAs a row: 8 while every row's cluster is resident at once, else 4 (rows up to
+    262,144 logits); 8 up to 524,288 and 16 up to 1,048,576 logits, whatever the rows."""
+    check_width(width)
+    if width <= Build.of(8, 8).capacity:
+        return 8 if rows <= resident(Build.of(8, 8)) else 4
+    if width <= Build.of(8, 16).capacity:
+        return 8
+    return 16
+
+
+def build_for(rows, width, resident):
+    """The Build that runs rows x width (SPEC.md 2.1)."""
+    cluster = cluster_for(rows, width, resident)
+    return Build.of(cluster, vectors_for(width, cluster))
+
+
+def max_rows(width, resident):
+    """The most rows one launch takes at this width: unbounded (None) except for the
+    16-CTA build, which takes at most WAVES_16 waves."""
+    check_width(width)
+    if width <= Build.of(8, 16).capacity:
+        return None
+    return WAVES_16 * resident(Build.of(16, 16))
+
+
+def precompile_builds(max_width):
+    """The builds build_for picks at any width up to max_width for any row count: each
+    build's widest row (capped at max_width), with one row resident and with two rows of
+    which only one is (so both 8x512x8 and 4x1024x8 appear)."""
+    check_width(max_width)
+    widths = {min(max_width, build.capacity) for build in BUILDS}
+    return sorted({build_for(rows, width, lambda build: 1) for width in widths for rows in (1, 2)})
+
+
+# ---------------------------------------------------------------------------------------
+# Input checks (SPEC.md 1.5): ValueErrors that name the bad value, before any launch.
+# ---------------------------------------------------------------------------------------
+def check_flag(name, value):
+    """value as a bool, or ValueError unless it is a bool (or a 0/1 int): a truthy string
+    such as 'false' must not be taken as True."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if getattr(value, "dtype", None) is not None and value.dtype.kind == "b" and value.shape == ():
+        return bool(value)  # a NumPy or torch scalar bool
+    raise ValueError(f"{name}={value!r} must be a bool")
+
+
+def _check_int32(name, tensor, shape, device, align):
+    """Raise ValueError unless tensor is a contiguous int32 tensor of this shape on this
+    device whose base address is align-byte aligned."""
+    import torch
+
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dtype != torch.int32:
+        raise ValueError(f"{name} must be torch.int32, got {tensor.dtype}")
+    if tuple(tensor.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(tensor.shape)}")
+    if tensor.device != device:
+        raise ValueError(f"{name} is on {tensor.device}, logits on {device}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name} must be contiguous, got strides {tensor.stride()}")
+    if tensor.data_ptr() % align:
+        raise ValueError(f"{name} base address {tensor.data_ptr():#x} is not {align}-byte aligned")
+
+
+def check_logits(logits, k, resident=None):
+    """Raise ValueError naming the bad value unless DecodeTopK takes these logits with this
+    k (SPEC.md 1.5): CUDA bfloat16 [rows, width], unit inner stride, rows 16-byte aligned,
+    a width some build holds and, when resident(build) is given (the launch policy's
+    occupancy), rows within the 16-CTA build's WAVES_16 waves. Returns the row stride in
+    elements (a multiple of 8; a single row's own stride is never used)."""
+    import torch
+
+    if isinstance(k, bool) or k not in KS:
+        raise ValueError(f"k={k!r} is not one of {KS}")
+    if not isinstance(logits, torch.Tensor):
+        raise ValueError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+    if logits.dtype != torch.bfloat16:
+        raise ValueError(f"logits must be torch.bfloat16, got {logits.dtype}")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be 2-D [rows, width], got shape {tuple(logits.shape)}")
+    if not logits.is_cuda:
+        raise ValueError(f"logits must be on a CUDA device, got {logits.device}")
+    rows, width = logits.shape
+    if width > 1 and logits.stride(1) != 1:
+        raise ValueError(f"logits must have unit inner stride, got strides {logits.stride()}")
+    row_stride = logits.stride(0) if rows > 1 else width + (-width) % LOGITS_PER_VECTOR
+    if row_stride % LOGITS_PER_VECTOR:
+        raise ValueError(f"logits row stride {row_stride} is not a multiple of 8 elements (16 bytes)")
+    if logits.data_ptr() % 16:
+        raise ValueError(f"logits base address {logits.data_ptr():#x} is not 16-byte aligned")
+    if rows >= 2**31:
+        raise ValueError(f"rows={rows} does not fit an int32")
+    check_width(width)
+    limit = None if resident is None else max_rows(width, resident)
+    if limit is not None and rows > limit:
+        raise ValueError(f"rows={rows} of width {width} exceed the 16-CTA build's {WAVES_16} waves "
+                         f"({limit} rows on this device)")
+    return row_stride
+
+
+def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_width=len(TRACE_FIELDS),
+                 build=None):
+    """Raise ValueError naming the bad value unless one DecodeTopK launch takes these
+    arguments (SPEC.md 1.5); else return (build, row_stride): the Build to launch
+    (build_for(rows, width, resident), or `build` (anything Build.parse takes), checked to
+    hold the width) and the row stride of check_logits.
+
+    logits: CUDA bfloat16 [rows, width]; lengths: int32 [rows // next_n] (one a request
+    of next_n rows); out: int32 [rows, k]; trace: None or int32 [rows, trace_width]."""
+    chosen = None if build is None else Build.parse(build)
+    row_stride = check_logits(logits, k, resident if chosen is None else None)
+    rows, width = logits.shape
+    if isinstance(next_n, bool) or not isinstance(next_n, int) or next_n < 1:
+        raise ValueError(f"next_n={next_n!r} must be an int >= 1")
+    if rows % next_n:
+        raise ValueError(f"rows={rows} is not a multiple of next_n={next_n}")
+    _check_int32(_lengths_name(next_n), lengths, (rows // next_n,), logits.device, 4)
+    _check_int32("out", out, (rows, k), logits.device, 16)
+    if trace is not None:
+        _check_int32("trace", trace, (rows, trace_width), logits.device, 16)
+    if chosen is None:
+        return build_for(rows, width, resident), row_stride
+    if width > chosen.capacity:
+        raise ValueError(f"build {chosen.name} holds rows of up to {chosen.capacity} logits, not {width}")
+    return chosen, row_stride
+
+
+def _lengths_name(next_n):
+    return "lengths" if next_n == 1 else "seq_lens"
+
+
+def check_lengths(lengths, width, next_n=1):
+    """The opt-in length check (it synchronizes): raise ValueError naming the first entry
+    of lengths (int32, on the GPU; seq_lens when next_n > 1) outside [0, width]. The
+    kernel itself clamps."""
+    import torch
+
+    bad = torch.nonzero((lengths < 0) | (lengths > width))
+    if bad.numel():
+        first = int(bad[0, 0])
+        raise ValueError(f"{_lengths_name(next_n)}[{first}]={int(lengths[first])} is outside [0, {width}]")
+
+
+def new_output(logits, k):
+    """int32 [rows, k] on the logits' device for an out left None, or None when the logits
+    or k are bad (check_inputs then names them)."""
+    import torch
+
+    if isinstance(logits, torch.Tensor) and logits.dim() == 2 and k in KS:
+        return torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# The host front end
+# ---------------------------------------------------------------------------------------
+class Launcher(typing.Protocol):
+    """What a way of running the kernel supplies to `launch`."""
+
+    def resident(self, variant: Variant, device) -> int:
+        """Clusters of the variant's build the device keeps resident at once."""
+
+    def enqueue(self, variant: Variant, logits, lengths, out, trace, row_stride: int, next_n: int) -> None:
+        """Enqueue the variant on the current stream; the arguments are checked."""
+
+
+def launch(launcher, logits, lengths, k, out=None, block_mode=False, trace=None, build=None, next_n=1,
+           check_lengths_first=False):
+    """One DecodeTopK call through `launcher`: allocate out if None, check every argument
+    (ValueErrors naming the bad value, before any launch), optionally check the lengths
+    (synchronizes), and enqueue the variant of the policy's build (or `build`); returns out.
+    An empty batch enqueues nothing."""
+    block_mode = check_flag("block_mode", block_mode)
+    check_lengths_first = check_flag("check_lengths", check_lengths_first)
+    if out is None:
+        out = new_output(logits, k)
+    traced = trace is not None
+    device = getattr(logits, "device", None)
+
+    def resident(b):
+        return launcher.resident(Variant(k, b, block_mode, traced), device)
+
+    chosen, row_stride = check_inputs(logits, lengths, k, out, resident, next_n, trace, build=build)
+    if check_lengths_first:
+        check_lengths(lengths, logits.shape[1], next_n)
+    if logits.shape[0] == 0:
+        return out
+    launcher.enqueue(Variant(k, chosen, block_mode, traced), logits, lengths, out, trace, row_stride, next_n)
+    return out
+
+
+def launch_slices(rows, width, resident, next_n=1):
+    """Row slices of at most max_rows(width, resident) rows, each a whole number of
+    next_n-row requests: how to launch more rows than one launch takes (the benchmarks
+    and the soak; `launch` itself refuses them)."""
+    limit = max_rows(width, resident) or rows
+    limit = max(next_n, limit - limit % next_n)
+    return [slice(s, min(rows, s + limit)) for s in range(0, rows, limit)]

@@ -1,0 +1,231 @@
+"""Staged-vector slot coverage (conformance/coverage.py): the slot rule against the kernel's
+staging loop, the reachable set against every length, the ci level reaching all of it, and
+the check failing when a case (or the slot rule) is spoiled."""
+
+import io
+
+import numpy as np
+import pytest
+
+from decode_topk.conformance import coverage as cv
+from decode_topk.conformance import registry, run_suite
+from decode_topk.conformance import suite as suite_module
+from decode_topk.conformance.cases import cases
+from decode_topk.kernel.policy import BUILDS, KS, Build
+from decode_topk.reference.model import simulate
+
+TOP_SLOT_CASES = [c for c in cases("ci") if c.name.startswith("top-slot-")]
+SLOTS_REACHED = cv.slots_reached  # the rule as written, before a test plants a bug in it
+
+
+def staged_slots(build, length):
+    """{cta: set of slots} the kernel's staging loop fills, written as the loop is
+    (DecodeTopK.kernel: for s < V, i = s * nt + tid, stored iff i < count), over every
+    thread, so it shares nothing with coverage.slots_reached but the chunk rule."""
+    nv = -(-length // 8)
+    slots = {}
+    for c in range(build.cluster):
+        count = ((c + 1) * nv) // build.cluster - (c * nv) // build.cluster
+        tid = np.arange(build.threads)
+        stored = [s for s in range(build.vectors) if np.any(s * build.threads + tid < count)]
+        slots[c] = set(stored)
+    return slots
+
+
+def interesting_lengths(build):
+    """0, 1, and a few logits around every slot boundary s C T vectors, and the capacity."""
+    step = 8 * build.cluster * build.threads
+    lengths = {0, 1, 7, 8, 9, build.capacity - 1, build.capacity}
+    for s in range(1, build.vectors):
+        lengths |= {s * step + d for d in (-8, -7, -1, 0, 1, 7, 8, 9, 8 * build.cluster)}
+    return sorted(v for v in lengths if 0 <= v <= build.capacity)
+
+
+@pytest.mark.parametrize("build", BUILDS, ids=str)
+def test_slots_reached_is_the_kernels_staging_loop(build):
+    lengths = interesting_lengths(build)
+    got = cv.slots_reached(build, lengths)
+    for length, filled in zip(lengths, got.tolist()):
+        by_cta = staged_slots(build, length)
+        expected = set().union(*by_cta.values())
+        assert set(range(filled)) == expected, (build.name, length)
+        # top_slot_vectors: each CTA's vectors in its own highest slot
+        nv = -(-length // 8)
+        want = []
+        for c in range(build.cluster):
+            start, end = (c * nv) // build.cluster, ((c + 1) * nv) // build.cluster
+            if by_cta[c]:
+                top = max(by_cta[c])
+                want += [g for g in range(start, end) if (g - start) // build.threads == top]
+        assert cv.top_slot_vectors(build, length).tolist() == want, (build.name, length)
+
+
+def _combinations_of_every_length(build):
+    """The combinations SPEC.md 2.3 allows at every length 0 .. capacity, every k and mode:
+    the path a length takes, a sampled attempt ending in any of its three outcomes."""
+    lengths = np.arange(build.capacity + 1)
+    filled = cv.slots_reached(build, lengths)
+    nv = -(-lengths // 8)
+    combos = set()
+    for block_mode in (False, True):
+        n = nv if block_mode else lengths
+        for k in KS:
+            attempt = (n > k) & (nv > build.cluster * build.threads) & (not block_mode)
+            groups = ((n <= k, [(cv.SHORT, cv.NONE)]),
+                      ((n > k) & ~attempt, [(cv.DIRECT, cv.NONE)]),
+                      (attempt, [(cv.SAMPLED, cv.NONE), (cv.DIRECT, cv.OVERFLOW), (cv.DIRECT, cv.UNDERFLOW)]))
+            for mask, outcomes in groups:
+                for count in np.unique(filled[mask]).tolist():
+                    slots = range(count) if count else (cv.NO_SLOT,)
+                    combos |= {(build.name, cv.MODE_NAMES[block_mode], s, p, r) for s in slots for p, r in outcomes}
+    return combos
+
+
+@pytest.mark.parametrize("build", BUILDS, ids=str)
+def test_reachable_is_what_every_length_allows(build):
+    assert cv.reachable(build) == _combinations_of_every_length(build)
+    line = cv.describe(cv.reachable(build))  # grouped a (build, mode, path), slots as ranges
+    assert f"{build.name} token sampled: slots 0-{build.vectors - 1};" in line
+    assert f"{build.name} block short: slots -, 0;" in line
+
+
+@pytest.fixture(scope="module")
+def ci_lengths():
+    """{case name: (width, lengths)} of the ci cases."""
+    result = {}
+    for c in cases("ci"):
+        logits, lengths = c.generate()
+        result[c.name] = (logits.shape[1], lengths)
+    return result
+
+
+@pytest.fixture(scope="module")
+def ci_model():
+    stream = io.StringIO()
+    result = run_suite("model", "ci", stream=stream, builds=list(BUILDS))
+    return result, stream.getvalue()
+
+
+def test_the_model_at_ci_reaches_every_reachable_combination(ci_model):
+    result, text = ci_model
+    reached = cv.suite_combinations(result.runs)
+    assert result.ok and result.slot_problems == [], text[-3000:]
+    assert cv.reachable_all(BUILDS) <= set(reached)
+    assert cv.unreachable(reached) == []
+    table = cv.format_table(reached)
+    assert "staged-vector slot coverage" in text and all(line in text for line in table)
+    # one line a (build, mode, path) the build allows, none with a reachable cell unreached
+    allowed = {(c[0], c[1], c[3], c[4]) for c in cv.reachable_all(BUILDS)}
+    assert len(table) == 2 + len(allowed)
+    assert not any("!" in line for line in table[2:])
+
+
+@pytest.mark.parametrize("case", TOP_SLOT_CASES, ids=lambda c: c.name)
+def test_dropping_a_top_slot_case_leaves_its_slots_unreached(ci_model, ci_lengths, case):
+    result, _ = ci_model
+    others = [run for run in result.runs if run.case != case.name]
+    problems = cv.suite_problems(others, BUILDS)
+    lacking = cv.missing(cv.suite_combinations(others), BUILDS)
+    assert problems and lacking and "not reached" in problems[0]
+    # what goes missing: the slots above the widest other row, on the case's builds only
+    widest = {b.name: max(int(cv.slots_reached(b, lengths).max()) for name, (width, lengths) in ci_lengths.items()
+                          if name != case.name and width <= b.capacity)
+              for b in BUILDS}
+    for build, mode, slot, path, reason in lacking:
+        assert build in case.make.keywords["builds"] and slot >= widest[build], (build, slot)
+    for name in case.make.keywords["builds"]:
+        top = Build.parse(name).vectors - 1
+        assert {(name, "block", top, cv.DIRECT, cv.NONE), (name, "token", top, cv.SAMPLED, cv.NONE),
+                (name, "token", top, cv.DIRECT, cv.OVERFLOW), (name, "token", top, cv.DIRECT, cv.UNDERFLOW)} \
+            <= set(lacking)
+
+
+@pytest.fixture
+def small_catalogue(monkeypatch):
+    """The suite over a catalogue of the named ci cases only (run_suite's `catalogue`)."""
+    def use(names):
+        chosen = tuple(c for c in cases("ci") if c.name in names)
+        assert len(chosen) == len(names)
+        monkeypatch.setattr(suite_module, "catalogue", lambda level: chosen)
+    return use
+
+
+MINIMAL = ["lengths"] + [c.name for c in TOP_SLOT_CASES]  # short, length 0, direct at slot 0 + the slots
+
+
+def test_the_suite_fails_when_a_combination_is_missing(small_catalogue):
+    small_catalogue(MINIMAL)
+    stream = io.StringIO()
+    result = run_suite("model", "ci", stream=stream, builds=list(BUILDS))
+    assert result.ok, stream.getvalue()[-3000:]  # these cases alone reach everything
+    dropped = next(c for c in TOP_SLOT_CASES if c.name == MINIMAL[-1])
+    small_catalogue(MINIMAL[:-1])
+    stream = io.StringIO()
+    result = run_suite("model", "ci", stream=stream, builds=list(BUILDS))
+    text = stream.getvalue()
+    assert not result.ok and result.violation_count == 0
+    lacking = cv.missing(cv.suite_combinations(result.runs), BUILDS)
+    lines = [line for line in text.splitlines() if line.startswith("slot coverage:")]
+    assert lines == result.slot_problems and cv.describe(lacking) in lines[0]
+    for name in dropped.make.keywords["builds"]:  # its builds' top slot, in both modes
+        top = Build.parse(name).vectors - 1
+        assert {(name, "token", top, cv.SAMPLED, cv.NONE), (name, "block", top, cv.DIRECT, cv.NONE)} <= set(lacking)
+        assert f"{name} token sampled: slots " in lines[0]
+    assert text.rstrip().endswith(lines[-1])  # the last line says what is missing
+    # a case filter, or builds left to the implementation, check nothing: not a whole level
+    assert run_suite("model", "ci", stream=None, builds=list(BUILDS), case_filter="top-slot").slot_problems == []
+    assert run_suite("model", "ci", stream=None).slot_problems == []
+
+
+def _floor_slots(build, lengths):
+    """Planted: count // T slots a CTA (a partly filled slot not counted)."""
+    build = cv.normalize_build(build)
+    start, end = cv.chunks(cv.vector_count(lengths)[:, None], build.cluster)
+    return ((end - start) // build.threads).max(axis=1, initial=0)
+
+
+def _one_more_slot(build, lengths):
+    """Planted: ceil(count / T) + 1 slots a CTA that stages any."""
+    filled = SLOTS_REACHED(build, lengths)
+    return np.where(filled > 0, filled + 1, 0)
+
+
+@pytest.mark.parametrize("planted, problem", [(_floor_slots, "not reached"), (_one_more_slot, "rule out")],
+                         ids=["floor", "plus-one"])
+def test_a_slot_rule_off_by_one_is_reported(small_catalogue, monkeypatch, planted, problem):
+    small_catalogue(MINIMAL)
+    lengths = np.arange(0, 4 * 8 * 4096, 8 * 1000 + 1)
+    assert not np.array_equal(planted(BUILDS[0], lengths), cv.slots_reached(BUILDS[0], lengths))
+    monkeypatch.setattr(cv, "slots_reached", planted)
+    result = run_suite("model", "ci", stream=None, builds=list(BUILDS))
+    assert not result.ok and result.violation_count == 0
+    assert any(problem in p for p in result.slot_problems), result.slot_problems
+
+
+@pytest.fixture
+def top_slot_poisoned():
+    """The model fed logits whose vectors in the top slot V - 1 (by `staged_slots`' rule)
+    read as -inf: a kernel bug confined to that slot."""
+    def impl(logits_bits, lengths, k, block_mode, build=None):
+        bits = logits_bits.copy()
+        for r, length in enumerate(lengths.tolist()):
+            nv = -(-length // 8)
+            for c in range(build.cluster):
+                start, end = (c * nv) // build.cluster, ((c + 1) * nv) // build.cluster
+                first = start + (build.vectors - 1) * build.threads
+                bits[r, 8 * first: 8 * max(first, end)] = 0xFF80
+        return simulate(bits, lengths, k, block_mode, build=build)
+
+    registry.register("top-slot-poisoned-for-test", lambda: impl, returns_trace=True, takes_build=True,
+                      trace_oracle="invariants")
+    yield "top-slot-poisoned-for-test"
+    registry.unregister("top-slot-poisoned-for-test")
+
+
+def test_a_bug_in_the_top_slot_fails_the_top_slot_cases(top_slot_poisoned):
+    """The top-slot rows hold the row's largest values in the top slot, so dropping that
+    slot loses selected indices: the contract check fails on every build and mode."""
+    result = run_suite(top_slot_poisoned, "ci", case_filter="top-slot-", stream=None, builds=list(BUILDS))
+    failed = {(run.build, run.block_mode) for run in result.runs
+              if any(not v.reason.startswith("trace-") for v in run.violations)}
+    assert failed == {(b.name, mode) for b in BUILDS for mode in (False, True)}

@@ -1,0 +1,65 @@
+"""The DSL-free policy module (kernel/policy.py): the Build and Variant types, the launch
+policy at every threshold of SPEC.md 2.1 (conformance/policy_checks.py) with its planted
+bugs, and the flag check of the front end."""
+
+import numpy as np
+import pytest
+
+from decode_topk.conformance import policy_checks
+from decode_topk.kernel import policy
+from decode_topk.kernel.policy import BUILDS, Build, Variant
+
+
+def test_policy_agrees_with_spec_at_every_edge():
+    assert policy_checks.edge_problems() == []
+
+
+@pytest.mark.parametrize("name", sorted(policy_checks.POLICY_MUTANTS))
+def test_every_policy_mutant_is_seen(name):
+    with policy_checks.planted(name):
+        assert policy_checks.edge_problems(), f"policy mutant {name} survived the edge table"
+    assert policy_checks.edge_problems() == [], "the mutant must be removed after the block"
+
+
+def test_unknown_policy_mutant():
+    with pytest.raises(ValueError, match="unknown policy mutant 'nope'"):
+        with policy_checks.planted("nope"):
+            pass
+
+
+def test_build_spellings():
+    for build in BUILDS:
+        for spelling in (build, build.name, (build.cluster, build.vectors), tuple(build), list(build)):
+            assert Build.parse(spelling) == build
+        assert str(build) == build.name == f"{build.cluster}x{build.threads}x{build.vectors}"
+        assert build.capacity == build.cluster * build.threads * build.vectors * 8
+    for bad in ("8x1024x8", "8-512-8", "x", (8,), (8, 512, 8, 1), (True, 8), 8, None, 8.0):
+        with pytest.raises(ValueError, match="build"):
+            Build.parse(bad)
+
+
+def test_variants_and_names():
+    every = policy.variants((False, True))
+    assert len(every) == len(set(every)) == len(policy.KS) * len(BUILDS) * 2 * 2
+    assert len({v.name for v in every}) == len(every)
+    assert Variant(512, Build.of(16, 16), True, False).name == "dtk_k512_c16_v16_blk1_tr0"
+
+
+@pytest.mark.parametrize("value, want", [(True, True), (False, False), (0, False), (1, True),
+                                         (np.bool_(True), True)])
+def test_flags_accept_bools(value, want):
+    assert policy.check_flag("block_mode", value) is want
+
+
+@pytest.mark.parametrize("value", ["false", "True", "", 2, -1, None, 1.0, np.array([True])])
+def test_flags_refuse_the_rest(value):
+    with pytest.raises(ValueError, match=r"block_mode=.* must be a bool"):
+        policy.check_flag("block_mode", value)
+
+
+def test_launch_slices():
+    wide = policy.MAX_WIDTH
+    assert policy.launch_slices(30, wide, lambda b: 7) == [slice(0, 14), slice(14, 28), slice(28, 30)]
+    assert policy.launch_slices(32, wide, lambda b: 7, next_n=4) == [slice(0, 12), slice(12, 24), slice(24, 32)]
+    assert policy.launch_slices(64, 131072, lambda b: 1) == [slice(0, 64)]
+    assert policy.launch_slices(0, wide, lambda b: 7) == []
