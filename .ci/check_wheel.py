@@ -66,7 +66,8 @@ def check(wheel: Path, archs) -> list:
 
     expected = kernel_source_sha256()
     for arch in archs:
-        lib, manifest = f"decode_topk/kernel/aot/{arch}/libdecode_topk.so", f"decode_topk/kernel/aot/{arch}/MANIFEST.json"
+        folder = f"decode_topk/kernel/aot/{arch}"
+        lib, manifest = f"{folder}/libdecode_topk.so", f"{folder}/MANIFEST.json"
         if lib not in names or manifest not in names:
             problems += [f"missing {n}" for n in (lib, manifest) if n not in names]
             continue

@@ -53,7 +53,9 @@ def controlled_row(rng, width, length, n_gt, n_eq, k_max=2048):
     picks = np.fromiter(picks, np.int64, len(picks))
     if picks.size > n_eq:
         raise ValueError(f"n_eq = {n_eq} is below the {picks.size} sample positions the cutoff needs")
-    others = np.setdiff1d(np.arange(length), union)
+    free_mask = np.ones(length, bool)  # np.setdiff1d(arange(length), union), without its sort
+    free_mask[union] = False
+    others = np.flatnonzero(free_mask)
     chosen = rng.choice(others, size=n_eq - picks.size + n_gt, replace=False)
     eq_pos = np.concatenate([picks, chosen[: n_eq - picks.size]])
     gt_pos = chosen[n_eq - picks.size:]

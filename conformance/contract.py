@@ -59,7 +59,7 @@ def _mutant(name, doc):
 # in this module: the element rules
 KEY_NAN_LOW = _mutant("checker_key_nan_low", "order key: every NaN below -inf (positive NaNs keyed as negative)")
 KEY_ZERO_SIGN = _mutant("checker_key_zero_unsigned", "order key: -0 and +0 not told apart (+0 sorts below -0)")
-KEY_NAN_PAYLOAD = _mutant("checker_key_neg_nan_payload", "order key: negative NaNs ordered by payload upwards, like positive ones")
+KEY_NAN_PAYLOAD = _mutant("checker_key_neg_nan_payload", "order key: negative NaNs ordered by payload upwards")
 BLOCK_NAN_IGNORED = _mutant("checker_block_nan_ignored", "block value ignores NaN logits (max without .NaN)")
 BLOCK_NEG_NAN = _mutant("checker_block_neg_nan_ignored", "block value: only NaNs without the sign bit propagate")
 BLOCK_NAN_KEPT = _mutant("checker_block_nan_kept", "block value: a NaN block keeps its first NaN's bits, not 0x7FFF")
@@ -82,14 +82,15 @@ MINUS_ONE_TOKEN = _mutant("checker_minus_one_token_neginf", "-1 accepted in toke
 NOT_MINUS_ONE_OFF = _mutant("checker_not_minus_one_unchecked", "a -inf block written as its index accepted (K = -inf)")
 DUP_OFF = _mutant("checker_duplicates_unchecked", "duplicate indices not checked")
 DUP_ADJACENT = _mutant("checker_duplicates_adjacent", "duplicates looked for in neighbouring slots only")
-RANGE_AT_LIMIT = _mutant("checker_range_at_limit", "out-of-range is index > limit: an index at exactly the limit accepted")
+RANGE_AT_LIMIT = _mutant("checker_range_at_limit", "out-of-range is index > limit: the index at the limit accepted")
 RANGE_NO_LOW = _mutant("checker_range_no_low_bound", "indices below -1 (poison such as -2) not checked")
 BLOCK_LIMIT_WIDTH = _mutant("checker_block_limit_width", "block mode's index limit is the width, not ceil(width / 8)")
 PAST_N = _mutant("checker_past_length_at_n", "past-length is index > n: an index at exactly n accepted")
-MISSED_CLAMPED = _mutant("checker_missed_minus_one_clamped", "missed-greater counts -1 slots as index 0 (clamped before the lookup)")
+MISSED_CLAMPED = _mutant("checker_missed_minus_one_clamped", "missed-greater reads -1 slots as index 0 (clamped first)")
 MISSED_GE = _mutant("checker_missed_ties_demanded", "missed-greater demands every key >= K, not > K")
 MISSED_OFF = _mutant("checker_missed_unchecked", "indices with a key above K may be absent")
-MISSED_BY_COUNT = _mutant("checker_missed_by_count", "missed-greater counts slots above K (a duplicate above K hides a miss)")
+MISSED_BY_COUNT = _mutant("checker_missed_by_count",
+                          "missed-greater counts slots above K (a duplicate above K hides a miss)")
 
 
 def fault(mutant_id):

@@ -1,4 +1,5 @@
-"""python -m decode_topk.conformance.mutation [--target model|checker|policy|all] [--level ci|full] [--build all|CxTxV] [--case SUBSTR] [--mutant NAME ...] [--list]
+"""python -m decode_topk.conformance.mutation [--target model|checker|policy|all] [--level ci|full]
+    [--build all|CxTxV] [--case SUBSTR] [--mutant NAME ...] [--list]
 
 Mutation campaigns: each plants one named bug at a time and requires the checks that guard
 that code to catch it.
@@ -47,6 +48,7 @@ from .trace import trace_invariants
 TARGETS = ("model", "checker", "policy")
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 META_TESTS = ("test_contract.py", "test_checker_meta.py")  # cheap first: most mutants die early
+STDOUT = "stdout"  # a run_* function's default stream: sys.stdout as it is when called
 
 
 @dataclass
@@ -57,17 +59,33 @@ class Outcome:
     why: str = ""
 
 
-def _check_names(names, known, target):
-    """ValueError naming each unknown mutant, a close match and a few valid names."""
+def _check_names(names, known, target, listed_by=None):
+    """ValueError naming each unknown mutant (with a close match, or the other target that
+    has it) and a few valid names."""
     unknown = [n for n in names if n not in known]
     if not unknown:
         return
     hints = []
     for n in unknown:
         close = difflib.get_close_matches(n, known, n=1)
-        hints.append(f"{n!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        other = [t for t in TARGETS if t != target and n in _registry(t)]
+        hints.append(f"{n!r}" + (f" (a {other[0]} mutant: --target {other[0]})" if other else
+                                 f" (did you mean {close[0]!r}?)" if close else ""))
     raise ValueError(f"unknown {target} mutant{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; valid names "
-                     f"include {', '.join(list(known)[:4])}, ... ({len(known)} in all: --target {target} --list)")
+                     f"include {', '.join(list(known)[:4])}, ... ({len(known)} in all: "
+                     f"--target {listed_by or target} --list)")
+
+
+def _registry(target):
+    """The names of a target's mutants; empty for a target that cannot be loaded here."""
+    try:
+        return mutants_of(target)
+    except ImportError:
+        return {}
+
+
+def _count(names):
+    return f"{len(names)} mutant{'s' if len(names) != 1 else ''}"
 
 
 def _report(stream, index, total, outcome, seconds, doc):
@@ -76,7 +94,7 @@ def _report(stream, index, total, outcome, seconds, doc):
     status = "killed  " if outcome.killed else "SURVIVED"
     line = f"[{index:{len(str(total))}d}/{total}] {status} {outcome.name:<34} {seconds:6.2f} s  {doc}"
     if outcome.killed:
-        line += f"\n         by {outcome.where}: {outcome.why[:160]}"
+        line += f"\n         by {outcome.where}: {' '.join(outcome.why.split())[:160]}"
     print(line, file=stream, flush=True)
 
 
@@ -136,12 +154,13 @@ class Campaign:
         return Outcome(name, False)
 
 
-def run_campaign(names=None, level="ci", builds=None, case_filter=None, stream=sys.stdout):
+def run_campaign(names=None, level="ci", builds=None, case_filter=None, stream=STDOUT):
     """Run the model mutants `names` (default: all); return the list of Outcome."""
+    stream = sys.stdout if stream is STDOUT else stream
     names = list(names) if names else list(MUTANTS)
     _check_names(names, MUTANTS, "model")
     if stream is not None:
-        print(f"model: {len(names)} mutants over the {level} cases on "
+        print(f"model: {_count(names)} over the {level} cases on "
               f"{'every build' if not builds else ', '.join(Build.parse(b).name for b in builds)}; "
               f"generating the cases and running the unmutated model (its first call compiles it)",
               file=stream, flush=True)
@@ -170,33 +189,41 @@ class _FirstFailure:
             self.why = crash.message if crash is not None else str(report.longrepr).splitlines()[-1]
 
 
-def _meta_tests(stop_at_first=True):
-    """(pytest's exit code, _FirstFailure) of one in-process run of the meta-tests with
-    whatever checker fault is planted now; pytest's own output is swallowed."""
-    import pytest
+def _meta_tests(tests):
+    """(pytest's exit code, _FirstFailure) of one in-process run of `tests` (pytest
+    arguments: files or node ids under tests/) with whatever checker fault is planted now,
+    stopping at the first failure; pytest's own output is swallowed."""
+    try:
+        import pytest
+    except ImportError:
+        raise ValueError("the checker campaign runs the meta-tests with pytest, which is not installed "
+                         "(pip install 'decode-topk[test]')") from None
 
-    paths = [TESTS / name for name in META_TESTS]
-    missing = [str(p) for p in paths if not p.is_file()]
+    files = [TESTS / t.split("::")[0] for t in tests]
+    missing = [str(f) for f in files if not f.is_file()]
     if missing:
         raise ValueError(f"the checker campaign runs the meta-tests {missing}, which only a checkout "
                          f"of the repository has")
     recorder = _FirstFailure()
-    args = ["-q", "-p", "no:cacheprovider", "--rootdir", str(TESTS.parent)] + (["-x"] if stop_at_first else [])
+    args = ["-q", "-x", "-p", "no:cacheprovider", "--rootdir", str(TESTS.parent)]
     with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
-        code = pytest.main(args + [str(p) for p in paths], plugins=[recorder])
+        code = pytest.main(args + [str(TESTS / t) for t in tests], plugins=[recorder])
     return int(code), recorder
 
 
-def run_checker_campaign(names=None, stream=sys.stdout):
+def run_checker_campaign(names=None, stream=STDOUT, tests=None):
     """Plant each checker mutant `names` (default: all of contract.MUTANTS) and run the
-    meta-tests under it; return the list of Outcome. RuntimeError if the unmutated checker
-    fails them (then every mutant would look killed)."""
+    meta-tests under it (`tests`: files or node ids under tests/, default META_TESTS);
+    return the list of Outcome. RuntimeError if the unmutated checker fails them (then
+    every mutant would look killed)."""
+    stream = sys.stdout if stream is STDOUT else stream
     names = list(names) if names else list(contract.MUTANTS)
+    tests = list(tests) if tests else list(META_TESTS)
     _check_names(names, contract.MUTANTS, "checker")
     if stream is not None:
-        print(f"checker: {len(names)} mutants against {', '.join('tests/' + m for m in META_TESTS)}; "
+        print(f"checker: {_count(names)} against {', '.join('tests/' + t for t in tests)}; "
               f"first the unmutated checker", file=stream, flush=True)
-    code, first = _meta_tests()
+    code, first = _meta_tests(tests)
     if code != 0:
         raise RuntimeError(f"the unmutated checker fails its meta-tests (pytest exit {code}): "
                            f"{first.where}: {first.why}")
@@ -204,7 +231,7 @@ def run_checker_campaign(names=None, stream=sys.stdout):
     for i, name in enumerate(names, 1):
         start = time.perf_counter()
         with contract.planted(name):
-            code, first = _meta_tests()
+            code, first = _meta_tests(tests)
         if code not in (0, 1):  # 1: tests failed; anything else is a broken run, not a kill
             raise RuntimeError(f"the meta-tests did not run under {name} (pytest exit {code})")
         outcomes.append(Outcome(name, code == 1, first.where or "", first.why or ""))
@@ -221,13 +248,14 @@ def _policy_checks():
     return policy_checks
 
 
-def run_policy_campaign(names=None, stream=sys.stdout):
+def run_policy_campaign(names=None, stream=STDOUT):
     """Plant each policy mutant and run the policy's edge checks under it."""
+    stream = sys.stdout if stream is STDOUT else stream
     checks = _policy_checks()
     names = list(names) if names else list(checks.POLICY_MUTANTS)
     _check_names(names, checks.POLICY_MUTANTS, "policy")
     if stream is not None:
-        print(f"policy: {len(names)} mutants against policy_checks.edge_problems; first the unmutated policy",
+        print(f"policy: {_count(names)} against policy_checks.edge_problems; first the unmutated policy",
               file=stream, flush=True)
     problems = checks.edge_problems()
     if problems:
@@ -264,12 +292,13 @@ def _split_names(names, targets):
         if len(targets) == 1:
             _check_names(unknown, mutants_of(targets[0]), targets[0])
         known = {n: None for t in targets for n in mutants_of(t)}
-        _check_names(unknown, known, "/".join(targets))
+        _check_names(unknown, known, "model, checker or policy", listed_by="all")
     return {t: chosen[t] for t in targets if chosen[t]}
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m decode_topk.conformance.mutation", description=__doc__.split("\n", 2)[2],
+    parser = argparse.ArgumentParser(prog="python -m decode_topk.conformance.mutation",
+                                     description=__doc__.split("\n", 3)[3],  # less the usage: argparse prints its own
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="model", choices=TARGETS + ("all",),
                         help="which campaign: model (default), checker, policy, or all of them")
@@ -286,8 +315,9 @@ def main(argv=None):
     try:
         if args.list:
             for target in targets:
+                prefix = f"{target:<8}" if len(targets) > 1 else ""
                 for i, (name, doc) in enumerate(mutants_of(target).items(), 1):
-                    print(f"{i:3d} {name:<34} {doc}")
+                    print(f"{prefix}{i:3d} {name:<34} {doc}")
             return 0
         model_options = (args.level, args.build, args.case)
         if "model" not in targets and any(o is not None for o in model_options):

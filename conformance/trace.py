@@ -181,7 +181,7 @@ def trace_problems(logits_bits, lengths, k, block_mode, trace, build=None):
             for f in range(len(FIELDS)):
                 if int(trace[r, f]) != want[f]:
                     problems.append((r, f"field {FIELDS[f]}: expected {want[f]} on build "
-                                        f"{build[0]}x{build[1]}x{build[2]}, got {int(trace[r, f])}"))
+                                        f"{policy.Build.parse(build).name}, got {int(trace[r, f])}"))
     return problems
 
 

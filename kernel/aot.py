@@ -480,6 +480,7 @@ def build(arch="sm_90a", out=None, jobs=2, module_spec=resources.KERNEL_MODULE, 
     toolkit = cuda_toolkit()
     print(f"CUDA toolkit: {toolkit.include.parent} (CUDA {toolkit.version}, from {toolkit.origin})",
           file=sys.stderr, flush=True)
+    module = resources.load_kernel_module(module_spec)  # the DSL: fail before anything is written
     out = Path(out).resolve() if out is not None else default_aot_dir(arch)
     work = Path(work).resolve() if work else Path.cwd() / "build" / f"aot_{arch}"
     obj = work / "obj"
@@ -493,7 +494,6 @@ def build(arch="sm_90a", out=None, jobs=2, module_spec=resources.KERNEL_MODULE, 
         (PACKAGE_AOT / ".gitignore").write_text("# written by python -m decode_topk.kernel.aot\n*\n")
     for stale in (out / LIBRARY, out / MANIFEST, work / "shim.c", work / "shim.o"):
         stale.unlink(missing_ok=True)
-    module = resources.load_kernel_module(module_spec)
     src = resources.kernel_source(module_spec)
     # The package's kernel is stamped with the hash the loader expects (one function for
     # both); a stand-in module (--module x.py) with its own file's.
@@ -600,6 +600,10 @@ def main(argv=None):
                 print("WARNING: local memory (spills / stack frame) in " + ", ".join(local))
     except (RuntimeError, ValueError) as e:  # a missing toolkit, a failed compile: the one line says what
         print(f"decode_topk.kernel.aot: {e}", file=sys.stderr)
+        return 1
+    except ImportError as e:  # the kernel module imports the DSL
+        print(f"decode_topk.kernel.aot: the build compiles with the CuTe DSL, which does not import ({e}); "
+              f"install it with `pip install 'decode-topk[kernel]'`", file=sys.stderr)
         return 1
     return 0
 

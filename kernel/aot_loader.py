@@ -12,8 +12,9 @@ wheel ships it), or `$DECODE_TOPK_AOT_DIR/<arch>/` or `$DECODE_TOPK_AOT_DIR/` it
     out = decode_topk_aot(logits, lengths, k)                      # token mode
     out, trace = decode_topk_aot(logits, lengths, k, trace=True)   # with the SPEC 2.11 trace
 
-The library refuses to load when its kernel source hash (compiled in) differs from the
-SHA-256 of `kernel/decode_topk_cute.py` here: rebuild with `python -m decode_topk.kernel.aot`.
+The library refuses to load when its kernel source hash (compiled in) differs from
+`kernel_source_sha256()`, the SHA-256 of the kernel's vendorable bundle here: rebuild with
+`python -m decode_topk.kernel.aot`.
 (`DTK_AOT_ALLOW_STALE=1` turns that into a warning, for pipeline tests with a stand-in.)
 """
 
@@ -32,7 +33,6 @@ import torch
 from . import policy
 from .policy import TRACE_FIELDS, Build, Variant
 
-KERNEL_SOURCE = Path(__file__).resolve().parent / "decode_topk_cute.py"
 LIBRARY = "libdecode_topk.so"
 MANIFEST = "MANIFEST.json"
 DTK_NO_VARIANT, DTK_NO_SMEM, DTK_LOAD_FAILED, DTK_BAD_NEXT_N = -1, -2, -3, -4
@@ -64,10 +64,14 @@ ARCHS = tuple(ARCH_OF_CAPABILITY.values())
 
 
 def kernel_source_sha256() -> str:
-    """The SHA-256 a library must carry to be loaded: that of the kernel source this
-    package runs. kernel/aot.py stamps libraries with this same function, so what is
-    built and what is expected cannot drift apart."""
-    return hashlib.sha256(KERNEL_SOURCE.read_bytes()).hexdigest()
+    """The SHA-256 a library must carry to be loaded: that of the kernel this package
+    runs, as its one-file vendorable bundle (kernel/vendor.py: decode_topk_cute.py with
+    policy.py inlined, so a change to either makes a built library stale). kernel/aot.py
+    stamps libraries with this same function, so what is built and what is expected
+    cannot drift apart."""
+    from .vendor import bundle_sha256  # stdlib only: no DSL
+
+    return bundle_sha256()
 
 
 def no_cuda_device_reason():
@@ -202,7 +206,8 @@ def _open_checked(path: Path, expected_sha256: str, source: str):
         if lib_arch != want:
             device = (f"the current CUDA device ({torch.cuda.get_device_name()}) has compute capability "
                       f"{capability[0]}.{capability[1]}")
-            remedy = (f"rebuild with `python -m decode_topk.kernel.aot --arch {want}`" if want else "DecodeTopK runs on compute capability "
+            remedy = (f"rebuild with `python -m decode_topk.kernel.aot --arch {want}`" if want else
+                      "DecodeTopK runs on compute capability "
                       + " and ".join(f"{c[0]}.{c[1]} ({a})" for c, a in ARCH_OF_CAPABILITY.items()))
             raise StaleLibraryError(f"{path} is built for {lib_arch}, but {device}: {remedy}")
     return lib

@@ -662,6 +662,7 @@ def simulate(logits_bits, lengths, k, block_mode=False, *, build=None, resident=
     resident defaulting to "every row's cluster resident". `mutant` (0: none) plants one
     bug of MUTANTS (by id or name)."""
     lengths = validate_inputs(logits_bits, lengths, k)
+    block_mode = policy.check_flag("block_mode", block_mode)
     k = int(k)
     rows, width = logits_bits.shape
     C, T, V = resolve_build(rows, width, build, resident)

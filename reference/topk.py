@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from decode_topk.kernel.policy import check_width
+from decode_topk.kernel.policy import check_flag, check_width
 
 from .bits import KEY_NEG_INF, KEY_POS_INF, LOGITS_PER_BLOCK, block_key, order_key
 
@@ -94,6 +94,7 @@ def _row_topk(keys, k, block_mode):
 def decode_topk_reference(logits_bits, lengths, k, block_mode=False):
     """int32 [rows, k]: each row's top-k element indices under the contract (SPEC.md 1.4)."""
     lengths = validate_inputs(logits_bits, lengths, k)
+    block_mode = check_flag("block_mode", block_mode)  # a truthy string is no mode
     k = int(k)
     out = np.empty((logits_bits.shape[0], k), dtype=np.int32)
     for r, length in enumerate(lengths):

@@ -11,9 +11,9 @@ def pytest_deselected(items):
     _deselected_slow.extend(item for item in items if item.get_closest_marker("slow"))
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
     # The default run leaves the slow tests out (pyproject's addopts): say so at the end,
     # where a reader of `python -m pytest -q` looks, and how to run them.
-    if _deselected_slow:
+    if _deselected_slow and config.option.markexpr == "not slow":
         terminalreporter.write_line(f"{len(_deselected_slow)} slow tests deselected (the default); "
                                     f"run them with `python -m pytest -q -m slow`")

@@ -1,5 +1,11 @@
-"""Meta-tests of the checker: every planted fault is caught with its reason code, and
-every output the contract allows (other tie choices, any order) is accepted."""
+"""Meta-tests of the checker: every planted fault is caught with its reason code (the exact
+set of codes, so a fault caught for the wrong reason fails too), every decision is tried
+on both sides of its boundary, and every output the contract allows (other tie choices,
+any order) is accepted.
+
+These are what the checker's mutation campaign runs (`python -m
+decode_topk.conformance.mutation --target checker`, with tests/test_contract.py): each
+bug of conformance/contract.py's MUTANTS must make one of them fail."""
 
 import numpy as np
 import pytest
@@ -7,7 +13,7 @@ import pytest
 from decode_topk.conformance import cases, check
 from decode_topk.reference import decode_topk_reference, element_keys
 
-K = 512
+K = 512  # k of every test here
 
 
 def _reasons(logits, lengths, block_mode, out):
@@ -151,9 +157,9 @@ def test_bad_out_raises(token_case, bad):
 # ----- every decision from both sides of its boundary ------------------------------------
 #
 # Rows of distinct keys make the long-row answer one set, so replacing one slot changes
-# exactly the rule under test: slot K - 1 of the reference's (key-sorted) answer holds the
-# k-th largest element, the only element of key K, owed yet not "above K"; slots before it
-# hold keys above K. Block rows put each block's value in one lane and -2.0 in the others,
+# exactly the rule under test: the last slot (k - 1; K = k = 512 in this file) of the
+# reference's key-sorted answer holds the k-th largest element, the only one with the k-th
+# key, owed but not "above" it; the slots before it hold the keys above. Block rows put each block's value in one lane and -2.0 in the others,
 # and NaN in the newest block's logits and past the length (never read).
 
 FILLER = 0xC000  # -2.0: below every value used
@@ -187,10 +193,6 @@ def _distinct_case(n, block_mode, seed=0, extra=24):
     return logits, lengths, decode_topk_reference(logits, lengths, K, block_mode)
 
 
-def _why(logits, lengths, block_mode, out):
-    return {v.reason for v in check(logits, lengths, K, block_mode, out)}
-
-
 @pytest.mark.parametrize("block_mode", [False, True], ids=["token", "block"])
 @pytest.mark.parametrize("n", [K - 1, K, K + 1], ids=["k-1", "k", "k+1"])
 def test_element_count_boundary(n, block_mode):
@@ -200,7 +202,7 @@ def test_element_count_boundary(n, block_mode):
     assert check(logits, lengths, K, block_mode, out) == []
     swapped = out.copy()
     swapped[0, [0, 1]] = swapped[0, [1, 0]]
-    assert _why(logits, lengths, block_mode, swapped) == (set() if n > K else {"short-row"})
+    assert _reasons(logits, lengths, block_mode, swapped) == (set() if n > K else {"short-row"})
     if n <= K:
         assert out[0, :n].tolist() == list(range(n))
 
@@ -211,7 +213,7 @@ def test_exact_k_row_from_both_sides(block_mode):
     elements) yet must be rejected; at k + 1 elements the reversed answer is accepted."""
     for n, expected in ((K, {"short-row"}), (K + 1, set())):
         logits, lengths, out = _distinct_case(n, block_mode, seed=n)
-        assert _why(logits, lengths, block_mode, out[:, ::-1].copy()) == expected, n
+        assert _reasons(logits, lengths, block_mode, out[:, ::-1].copy()) == expected, n
 
 
 @pytest.mark.parametrize("block_mode", [False, True], ids=["token", "block"])
@@ -220,7 +222,7 @@ def test_exact_k_row_from_both_sides(block_mode):
 def test_short_row_minus_one_where_an_index_is_owed(n, block_mode, where):
     logits, lengths, out = _distinct_case(n, block_mode)
     out[0, 0 if where == "first" else n - 1] = -1
-    assert _why(logits, lengths, block_mode, out) == {"short-row"}
+    assert _reasons(logits, lengths, block_mode, out) == {"short-row"}
 
 
 @pytest.mark.parametrize("bad", [0, K - 2, K - 1, *POISON], ids=str)
@@ -230,7 +232,7 @@ def test_short_row_padding_owes_minus_one(bad):
     logits, lengths, out = _distinct_case(K - 1, False)
     assert out[0, K - 1] == -1
     out[0, K - 1] = bad
-    assert _why(logits, lengths, False, out) == {"short-row"}
+    assert _reasons(logits, lengths, False, out) == {"short-row"}
 
 
 @pytest.mark.parametrize("block_mode", [False, True], ids=["token", "block"])
@@ -243,7 +245,7 @@ def test_long_row_minus_one_where_an_index_is_owed(block_mode, slot, expected):
     """K finite: -1 is never allowed; replacing a key above K also misses it."""
     logits, lengths, out = _distinct_case(K + 40, block_mode)
     out[0, slot] = -1
-    assert _why(logits, lengths, block_mode, out) == expected
+    assert _reasons(logits, lengths, block_mode, out) == expected
 
 
 def _neg_inf_blocks_case(finite, n=K + 50):
@@ -268,13 +270,13 @@ def test_neg_inf_k_th_block_owes_one_minus_one():
     neg_inf_block = int(np.flatnonzero(element_keys(logits[0], lengths[0], True) == 0x007F)[0])
     as_index = out.copy()
     as_index[0, out[0] == -1] = neg_inf_block
-    assert _why(logits, lengths, True, as_index) == {"not-minus-one"}
+    assert _reasons(logits, lengths, True, as_index) == {"not-minus-one"}
     block0 = out.copy()
     block0[0, out[0] == 0] = -1
-    assert _why(logits, lengths, True, block0) == {"missed-greater"}
+    assert _reasons(logits, lengths, True, block0) == {"missed-greater"}
     pinned = out.copy()
     pinned[0, out[0] == -(-lengths[0] // 8) - 1] = -1  # the newest block, always above K
-    assert _why(logits, lengths, True, pinned) == {"missed-greater"}
+    assert _reasons(logits, lengths, True, pinned) == {"missed-greater"}
 
 
 def test_neg_inf_minus_ones_fill_every_free_slot():
@@ -286,7 +288,7 @@ def test_neg_inf_minus_ones_fill_every_free_slot():
     assert check(logits, lengths, K, True, rng.permuted(out, axis=1)) == []
     dup = out.copy()
     dup[0, K - 1] = out[0, 1]
-    assert _why(logits, lengths, True, dup) == {"duplicate"}
+    assert _reasons(logits, lengths, True, dup) == {"duplicate"}
 
 
 def test_k_finite_blocks_owe_no_minus_one():
@@ -295,14 +297,14 @@ def test_k_finite_blocks_owe_no_minus_one():
     logits, lengths, out = _neg_inf_blocks_case(K)
     assert check(logits, lengths, K, True, out) == [] and not (out[0] == -1).any()
     out[0, K - 1] = -1
-    assert _why(logits, lengths, True, out) == {"bad-minus-one"}
+    assert _reasons(logits, lengths, True, out) == {"bad-minus-one"}
 
 
 def test_k_plus_one_finite_blocks_a_neg_inf_block_is_below_k():
     logits, lengths, out = _neg_inf_blocks_case(K + 1)
     neg_inf_block = int(np.flatnonzero(element_keys(logits[0], lengths[0], True) == 0x007F)[0])
     out[0, K - 1] = neg_inf_block
-    assert _why(logits, lengths, True, out) == {"wrong-tie"}
+    assert _reasons(logits, lengths, True, out) == {"wrong-tie"}
 
 
 def test_token_mode_neg_inf_k_th_owes_an_index():
@@ -313,7 +315,7 @@ def test_token_mode_neg_inf_k_th_owes_an_index():
     out = decode_topk_reference(logits, lengths, K, False)
     assert check(logits, lengths, K, False, out) == []
     out[0, K - 1] = -1
-    assert _why(logits, lengths, False, out) == {"bad-minus-one"}
+    assert _reasons(logits, lengths, False, out) == {"bad-minus-one"}
 
 
 @pytest.mark.parametrize("block_mode", [False, True], ids=["token", "block"])
@@ -338,7 +340,7 @@ def test_index_limits(block_mode):
     for bad, reason in expected.items():
         wrong = out.copy()
         wrong[0, K - 1] = bad
-        assert _why(logits, lengths, block_mode, wrong) == {reason}, bad
+        assert _reasons(logits, lengths, block_mode, wrong) == {reason}, bad
 
 
 @pytest.mark.parametrize("block_mode", [False, True], ids=["token", "block"])
@@ -348,7 +350,7 @@ def test_duplicates_anywhere(block_mode, source):
     only a duplicate (the K element is owed as a tie, not as a key above K)."""
     logits, lengths, out = _distinct_case(K + 40, block_mode)
     out[0, K - 1] = out[0, source]
-    assert _why(logits, lengths, block_mode, out) == {"duplicate"}
+    assert _reasons(logits, lengths, block_mode, out) == {"duplicate"}
 
 
 @pytest.mark.parametrize("block_mode", [False, True], ids=["token", "block"])
@@ -357,7 +359,7 @@ def test_duplicate_above_k_hides_no_miss(block_mode):
     missing, though as many slots as before hold keys above K."""
     logits, lengths, out = _distinct_case(K + 40, block_mode)
     out[0, 1] = out[0, 0]
-    assert _why(logits, lengths, block_mode, out) == {"duplicate", "missed-greater"}
+    assert _reasons(logits, lengths, block_mode, out) == {"duplicate", "missed-greater"}
 
 
 @pytest.mark.parametrize("block_mode", [False, True], ids=["token", "block"])
@@ -368,7 +370,7 @@ def test_key_just_below_k(block_mode):
     keys = element_keys(logits[0], lengths[0], block_mode)
     next_below = int(np.argsort(-keys.astype(np.int64), kind="stable")[K])
     out[0, K - 1] = next_below
-    assert _why(logits, lengths, block_mode, out) == {"wrong-tie"}
+    assert _reasons(logits, lengths, block_mode, out) == {"wrong-tie"}
 
 
 @pytest.mark.parametrize("block_mode", [False, True], ids=["token", "block"])
@@ -378,7 +380,7 @@ def test_key_just_above_k_missed(block_mode):
     keys = element_keys(logits[0], lengths[0], block_mode)
     order = np.argsort(-keys.astype(np.int64), kind="stable")
     out[0, K - 2] = order[K]
-    assert _why(logits, lengths, block_mode, out) == {"missed-greater", "wrong-tie"}
+    assert _reasons(logits, lengths, block_mode, out) == {"missed-greater", "wrong-tie"}
 
 
 # ----- accepted alternatives --------------------------------------------------------------

@@ -2,6 +2,7 @@
 staging loop, the reachable set against every length, the ci level reaching all of it, and
 the check failing when a case (or the slot rule) is spoiled."""
 
+import dataclasses
 import io
 
 import numpy as np
@@ -90,16 +91,6 @@ def test_reachable_is_what_every_length_allows(build):
 
 
 @pytest.fixture(scope="module")
-def ci_lengths():
-    """{case name: (width, lengths)} of the ci cases."""
-    result = {}
-    for c in cases("ci"):
-        logits, lengths = c.generate()
-        result[c.name] = (logits.shape[1], lengths)
-    return result
-
-
-@pytest.fixture(scope="module")
 def ci_model():
     stream = io.StringIO()
     result = run_suite("model", "ci", stream=stream, builds=list(BUILDS))
@@ -121,15 +112,14 @@ def test_the_model_at_ci_reaches_every_reachable_combination(ci_model):
 
 
 @pytest.mark.parametrize("case", TOP_SLOT_CASES, ids=lambda c: c.name)
-def test_dropping_a_top_slot_case_leaves_its_slots_unreached(ci_model, ci_lengths, case):
+def test_dropping_a_top_slot_case_leaves_its_slots_unreached(ci_model, case):
     result, _ = ci_model
     others = [run for run in result.runs if run.case != case.name]
     problems = cv.suite_problems(others, BUILDS)
     lacking = cv.missing(cv.suite_combinations(others), BUILDS)
     assert problems and lacking and "not reached" in problems[0]
     # what goes missing: the slots above the widest other row, on the case's builds only
-    widest = {b.name: max(int(cv.slots_reached(b, lengths).max()) for name, (width, lengths) in ci_lengths.items()
-                          if name != case.name and width <= b.capacity)
+    widest = {b.name: 1 + max(slot for run in others if run.build == b.name for _, _, slot, _, _ in run.slots)
               for b in BUILDS}
     for build, mode, slot, path, reason in lacking:
         assert build in case.make.keywords["builds"] and slot >= widest[build], (build, slot)
@@ -140,17 +130,26 @@ def test_dropping_a_top_slot_case_leaves_its_slots_unreached(ci_model, ci_length
             <= set(lacking)
 
 
+MINIMAL = ["lengths"] + [c.name for c in TOP_SLOT_CASES]  # short, length 0, direct at slot 0 + the slots
+
+
+@pytest.fixture(scope="module")
+def minimal_cases():
+    """The MINIMAL cases with their data made once (generating the top-slot rows is most of
+    a run's time): each case's `make` returns a copy of it."""
+    def frozen(case):
+        logits, lengths = case.generate()
+        return dataclasses.replace(case, make=lambda rng: (logits.copy(), lengths.copy()))
+    return {c.name: frozen(c) for c in cases("ci") if c.name in MINIMAL}
+
+
 @pytest.fixture
-def small_catalogue(monkeypatch):
-    """The suite over a catalogue of the named ci cases only (run_suite's `catalogue`)."""
+def small_catalogue(monkeypatch, minimal_cases):
+    """The suite over a catalogue of the named MINIMAL cases only (run_suite's `catalogue`)."""
     def use(names):
-        chosen = tuple(c for c in cases("ci") if c.name in names)
-        assert len(chosen) == len(names)
+        chosen = tuple(minimal_cases[name] for name in names)
         monkeypatch.setattr(suite_module, "catalogue", lambda level: chosen)
     return use
-
-
-MINIMAL = ["lengths"] + [c.name for c in TOP_SLOT_CASES]  # short, length 0, direct at slot 0 + the slots
 
 
 def test_the_suite_fails_when_a_combination_is_missing(small_catalogue):

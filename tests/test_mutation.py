@@ -1,15 +1,18 @@
-"""The mutation campaign (conformance/mutation.py) works: planted bugs in several steps of
-the model are caught, and a bug no case can show is reported as a survivor. The whole
-campaign (`python -m decode_topk.conformance.mutation`, every mutant) runs in CI's script."""
+"""The mutation campaigns (conformance/mutation.py) work: planted bugs in several steps of
+the model, and in the checker, are caught; a bug nothing shows is reported as a survivor
+and fails the campaign. The whole campaigns (`python -m decode_topk.conformance.mutation
+--target all`, every mutant) run in CI's script."""
 
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from decode_topk.conformance.mutation import run_campaign
-from decode_topk.reference.model import MUTANTS
+from decode_topk.conformance import contract, mutation
+from decode_topk.conformance.mutation import run_campaign, run_checker_campaign
+from decode_topk.reference.model import MUTANTS, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,15 +38,72 @@ def test_a_mutant_without_its_case_survives():
 
 
 def test_unknown_mutant_is_an_error():
-    with pytest.raises(ValueError, match="unknown mutants"):
-        run_campaign(["no-such-mutant"], stream=None)
+    with pytest.raises(ValueError, match=r"unknown model mutant 'q_flor' \(did you mean 'q_floor'\?\).*q_floor"):
+        run_campaign(["q_flor"], stream=None)
+    with pytest.raises(ValueError, match=r"unknown checker mutant 'q_floor' \(a model mutant: --target model\)"):
+        run_checker_campaign(["q_floor"], stream=None)
+    with pytest.raises(ValueError, match=r"unknown mutant 'nope'; valid names include q_floor, "):
+        simulate(np.zeros((1, 8), np.uint16), np.array([8]), 512, mutant="nope")
+
+
+def test_mutant_names_are_unique_across_targets():
+    names = [n for t in mutation.TARGETS for n in mutation.mutants_of(t)]
+    assert len(names) == len(set(names))
+    assert len(contract.MUTANTS) >= 15
+
+
+# The campaign's -1 clamp mutant (issue 14) and its one killer, and the same mutant
+# against the contract's table tests only, which cannot see a checker decision.
+CLAMP = "checker_missed_minus_one_clamped"
+CLAMP_KILLER = "test_checker_meta.py::test_neg_inf_k_th_block_owes_one_minus_one"
+
+
+def test_checker_mutant_is_killed():
+    (outcome,) = run_checker_campaign([CLAMP], stream=None, tests=[CLAMP_KILLER])
+    assert outcome.killed and outcome.where.endswith(CLAMP_KILLER.split("::")[1]), outcome
+    assert not contract.fault(contract.MUTANTS[CLAMP][0])  # unplanted afterwards
+
+
+def test_checker_mutant_without_its_test_fails_the_campaign(monkeypatch, capsys):
+    (outcome,) = run_checker_campaign([CLAMP], stream=None, tests=["test_contract.py"])
+    assert not outcome.killed
+    monkeypatch.setattr(mutation, "META_TESTS", ("test_contract.py",))
+    assert mutation.main(["--target", "checker", "--mutant", CLAMP]) == 1
+    out = capsys.readouterr().out
+    assert "SURVIVED" in out and "mutation score (checker): 0/1 killed" in out
+
+
+def test_checker_campaign_refuses_a_failing_baseline(monkeypatch):
+    """Under a checker that already fails its meta-tests every mutant would look killed."""
+    monkeypatch.setattr(contract, "_active", contract.MUTANTS["checker_wrong_tie_at_k"][0])
+    with pytest.raises(RuntimeError, match="unmutated checker fails"):
+        run_checker_campaign([CLAMP], stream=None, tests=["test_checker_meta.py::test_reference_output_is_clean"])
 
 
 def test_cli_lists_mutants():
-    result = subprocess.run([sys.executable, "-m", "decode_topk.conformance.mutation", "--list"], cwd=ROOT,
+    for target, count in (("model", len(MUTANTS)), ("checker", len(contract.MUTANTS))):
+        result = subprocess.run([sys.executable, "-m", "decode_topk.conformance.mutation", "--target", target,
+                                 "--list"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0
+        assert len(result.stdout.splitlines()) == count, target
+    assert len(MUTANTS) >= 40
+
+
+def test_cli_help_is_whole():
+    result = subprocess.run([sys.executable, "-m", "decode_topk.conformance.mutation", "--help"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
-    assert len(result.stdout.splitlines()) == len(MUTANTS) >= 40
+    text = " ".join(result.stdout.split())
+    for target in ("model", "checker", "policy", "all"):
+        assert f"{target} " in text
+    assert "exit status: 0 when every mutant is killed" in text.lower() and "2 on a usage error" in text
+
+
+def test_cli_usage_errors_exit_two():
+    for args in (["--mutant", "nope"], ["--target", "checker", "--level", "ci"]):
+        result = subprocess.run([sys.executable, "-m", "decode_topk.conformance.mutation", *args], cwd=ROOT,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and result.stderr.startswith("error: "), args
 
 
 def test_cli_exits_one_on_a_survivor():
@@ -52,3 +112,4 @@ def test_cli_exits_one_on_a_survivor():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "SURVIVED" in result.stdout and "0/1 killed" in result.stdout
+    assert "[1/1] SURVIVED q_floor" in result.stdout  # a progress line a mutant

@@ -63,3 +63,16 @@ def test_launch_slices():
     assert policy.launch_slices(32, wide, lambda b: 7, next_n=4) == [slice(0, 12), slice(12, 24), slice(24, 32)]
     assert policy.launch_slices(64, 131072, lambda b: 1) == [slice(0, 64)]
     assert policy.launch_slices(0, wide, lambda b: 7) == []
+
+
+def test_a_truthy_string_is_no_block_mode():
+    """'false' is truthy: taken as block_mode it would silently switch the mode."""
+    from decode_topk.reference import decode_topk_reference
+    from decode_topk.reference.model import simulate
+
+    bits, lengths = np.zeros((1, 16), np.uint16), np.array([16], np.int32)
+    for run in (decode_topk_reference, simulate):
+        with pytest.raises(ValueError, match="block_mode='false' must be a bool"):
+            run(bits, lengths, 512, "false")
+    with pytest.raises(ValueError, match="block_mode='false' must be a bool"):
+        policy.launch(None, None, None, 512, block_mode="false")  # refused before any tensor is read

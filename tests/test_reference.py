@@ -110,6 +110,13 @@ INVALID = [
     (np.zeros((2, 8), np.uint16), [8, 8], 256, "k = 256"),
     (np.zeros((2, 8), np.uint16), [8, 8], True, "k = True"),
     (np.zeros((2, 8), np.uint16), [8, 8], 512.0, "k = 512.0"),
+    # lengths reported as given, whatever their dtype (no wrap through int64)
+    (np.zeros((1, 8), np.uint16), np.array([2**63 + 5], np.uint64), 512, r"lengths\[0\] = 9223372036854775813 "),
+    (np.zeros((1, 8), np.uint16), np.array([2**64 - 1], np.uint64), 512, r"lengths\[0\] = 18446744073709551615 "),
+    (np.zeros((1, 8), np.uint16), np.array([200], np.uint8), 512, r"lengths\[0\] = 200 "),
+    (np.zeros((1, 8), np.uint16), np.array([-56], np.int8), 512, r"lengths\[0\] = -56 "),
+    # the widths the model and the kernel refuse (SPEC.md 1.5)
+    (np.zeros((1, 1048577), np.uint16), [8], 512, "width 1048577"),
 ]
 
 
@@ -121,6 +128,11 @@ def test_invalid_input_raises(logits, lengths, k, message):
         decode_topk_reference(logits, np.asarray(lengths), k)
 
 
+def test_widest_row_is_accepted():
+    logits = np.zeros((1, 1048576), np.uint16)
+    assert validate_inputs(logits, np.array([1048576], np.uint64), 512).tolist() == [1048576]
+
+
 def test_seq_lens_lengths_is_the_engine_convention():
     from decode_topk.reference.topk import seq_lens_lengths
 
@@ -130,6 +142,8 @@ def test_seq_lens_lengths_is_the_engine_convention():
     assert seq_lens_lengths([5, -3, 7], 1, 6).tolist() == [5, 0, 6]  # next_n 1: the lengths, clamped
     # no wrap-around at the int32 edges
     assert seq_lens_lengths([2**31 - 1, -2**31], 2, 100).tolist() == [100, 100, 0, 0]
+    # nor at uint64's: a huge seq_len is the whole width, not a wrapped negative
+    assert seq_lens_lengths(np.array([2**63 + 5, 2**64 - 1, 3], np.uint64), 1, 100).tolist() == [100, 100, 3]
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="next_n"):
             seq_lens_lengths([4], bad, 8)

@@ -59,7 +59,9 @@ def _bad(kind):
         return a, r"2-D \[rows, width\], got shape \(2, 2, 1024\)"
     if kind == "cpu-logits":
         a[0] = a[0].cpu()
-        return a, "must be on a CUDA device, got cpu"
+        # The custom op also runs on CPU tensors (the reference), so for it the fault is
+        # the other tensors' device; the kernel entries refuse the CPU logits themselves.
+        return a, r"must be on a CUDA device, got cpu|lengths is on cuda:0, logits on cpu"
     if kind == "row-stride":
         a[0] = _strided(4, 1000, 1004)
         return a, "row stride 1004 is not a multiple of 8"
