@@ -36,6 +36,7 @@ import functools
 import numpy as np
 
 from decode_topk.reference.topk import validate_inputs  # noqa: F401 - shared on purpose (module docstring)
+from decode_topk.reference.mutants import Mutants  # the registry only: no element rule
 
 LOGITS_PER_BLOCK = 8
 POS_INF_BITS = 0x7F80
@@ -47,13 +48,9 @@ MINUS_ZERO_BITS = 0x8000
 # ---------------------------------------------------------------------------------------
 # Planted faults (the checker's mutants)
 # ---------------------------------------------------------------------------------------
-MUTANTS = {}
+MUTANTS = Mutants("checker")
+_mutant = MUTANTS.add
 _active = 0
-
-
-def _mutant(name, doc):
-    MUTANTS[name] = (len(MUTANTS) + 1, doc)
-    return len(MUTANTS)
 
 
 # in this module: the element rules
@@ -103,10 +100,7 @@ def fault(mutant_id):
 def planted(name):
     """Switch the checker mutant `name` on for the `with` block (the mutation campaign)."""
     global _active
-    if name not in MUTANTS:
-        raise ValueError(f"unknown checker mutant {name!r}; valid names include "
-                         f"{', '.join(list(MUTANTS)[:4])}, ... ({len(MUTANTS)} in all)")
-    previous, _active = _active, MUTANTS[name][0]
+    previous, _active = _active, MUTANTS.id_of(name)
     try:
         yield
     finally:

@@ -193,9 +193,9 @@ def check_flag(name, value):
     raise ValueError(f"{name}={value!r} must be a bool")
 
 
-def _check_int32(name, tensor, shape, device, align):
+def _check_int32(name, tensor, shape, device, align=None):
     """Raise ValueError unless tensor is a contiguous int32 tensor of this shape on this
-    device whose base address is align-byte aligned."""
+    device whose base address is align-byte aligned (align None: not looked at)."""
     import torch
 
     if not isinstance(tensor, torch.Tensor):
@@ -208,16 +208,18 @@ def _check_int32(name, tensor, shape, device, align):
         raise ValueError(f"{name} is on {tensor.device}, logits on {device}")
     if not tensor.is_contiguous():
         raise ValueError(f"{name} must be contiguous, got strides {tensor.stride()}")
-    if tensor.data_ptr() % align:
+    if align is not None and tensor.data_ptr() % align:
         raise ValueError(f"{name} base address {tensor.data_ptr():#x} is not {align}-byte aligned")
 
 
-def check_logits(logits, k, resident=None):
+def check_logits(logits, k, resident=None, memory=True):
     """Raise ValueError naming the bad value unless DecodeTopK takes these logits with this
     k (SPEC.md 1.5): CUDA bfloat16 [rows, width], unit inner stride, rows 16-byte aligned,
     a width some build holds and, when resident(build) is given (the launch policy's
-    occupancy), rows within the 16-CTA build's WAVES_16 waves. Returns the row stride in
-    elements (a multiple of 8; a single row's own stride is never used)."""
+    occupancy), rows within the 16-CTA build's WAVES_16 waves. memory=False leaves out
+    what only real device memory shows (the CUDA device, the base address): the custom
+    op's fake and CPU implementations check the rest. Returns the row stride in elements
+    (a multiple of 8; a single row's own stride is never used)."""
     import torch
 
     if isinstance(k, bool) or k not in KS:
@@ -228,7 +230,7 @@ def check_logits(logits, k, resident=None):
         raise ValueError(f"logits must be torch.bfloat16, got {logits.dtype}")
     if logits.dim() != 2:
         raise ValueError(f"logits must be 2-D [rows, width], got shape {tuple(logits.shape)}")
-    if not logits.is_cuda:
+    if memory and not logits.is_cuda:
         raise ValueError(f"logits must be on a CUDA device, got {logits.device}")
     rows, width = logits.shape
     if width > 1 and logits.stride(1) != 1:
@@ -236,7 +238,7 @@ def check_logits(logits, k, resident=None):
     row_stride = logits.stride(0) if rows > 1 else width + (-width) % LOGITS_PER_VECTOR
     if row_stride % LOGITS_PER_VECTOR:
         raise ValueError(f"logits row stride {row_stride} is not a multiple of 8 elements (16 bytes)")
-    if logits.data_ptr() % 16:
+    if memory and logits.data_ptr() % 16:
         raise ValueError(f"logits base address {logits.data_ptr():#x} is not 16-byte aligned")
     if rows >= 2**31:
         raise ValueError(f"rows={rows} does not fit an int32")
@@ -245,6 +247,23 @@ def check_logits(logits, k, resident=None):
     if limit is not None and rows > limit:
         raise ValueError(f"rows={rows} of width {width} exceed the 16-CTA build's {WAVES_16} waves "
                          f"({limit} rows on this device)")
+    return row_stride
+
+
+def check_arguments(logits, lengths, k, out, next_n=1, trace=None, trace_width=len(TRACE_FIELDS), memory=True):
+    """Raise ValueError naming the bad value unless one launch takes these arguments,
+    whatever the device's occupancy (SPEC.md 1.5; memory as in check_logits); else return
+    the row stride of check_logits."""
+    row_stride = check_logits(logits, k, memory=memory)
+    rows = logits.shape[0]
+    if isinstance(next_n, bool) or not isinstance(next_n, int) or next_n < 1:
+        raise ValueError(f"next_n={next_n!r} must be an int >= 1")
+    if rows % next_n:
+        raise ValueError(f"rows={rows} is not a multiple of next_n={next_n}")
+    _check_int32(_lengths_name(next_n), lengths, (rows // next_n,), logits.device, 4 if memory else None)
+    _check_int32("out", out, (rows, k), logits.device, 16 if memory else None)
+    if trace is not None:
+        _check_int32("trace", trace, (rows, trace_width), logits.device, 16 if memory else None)
     return row_stride
 
 
@@ -258,16 +277,9 @@ def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_
     logits: CUDA bfloat16 [rows, width]; lengths: int32 [rows // next_n] (one a request
     of next_n rows); out: int32 [rows, k]; trace: None or int32 [rows, trace_width]."""
     chosen = None if build is None else Build.parse(build)
-    row_stride = check_logits(logits, k, resident if chosen is None else None)
+    check_logits(logits, k, resident if chosen is None else None)
+    row_stride = check_arguments(logits, lengths, k, out, next_n, trace, trace_width)
     rows, width = logits.shape
-    if isinstance(next_n, bool) or not isinstance(next_n, int) or next_n < 1:
-        raise ValueError(f"next_n={next_n!r} must be an int >= 1")
-    if rows % next_n:
-        raise ValueError(f"rows={rows} is not a multiple of next_n={next_n}")
-    _check_int32(_lengths_name(next_n), lengths, (rows // next_n,), logits.device, 4)
-    _check_int32("out", out, (rows, k), logits.device, 16)
-    if trace is not None:
-        _check_int32("trace", trace, (rows, trace_width), logits.device, 16)
     if chosen is None:
         return build_for(rows, width, resident), row_stride
     if width > chosen.capacity:

@@ -30,6 +30,7 @@ from numba import njit
 from decode_topk.kernel import policy
 from decode_topk.kernel.policy import KEY_NEG_INF, KEY_POS_INF, TRACE_FIELDS, Build
 
+from .mutants import Mutants
 from .topk import validate_inputs
 
 SAMPLES = policy.SAMPLES  # 2048
@@ -44,12 +45,8 @@ COPIES = 8  # histogram copies of the direct passes (2.8)
 # Mutants: planted bugs, one integer each (0 = none). Module-level ints, so numba compiles
 # them as constants in the comparisons `mutant == NAME`.
 # ---------------------------------------------------------------------------------------
-MUTANTS = {}
-
-
-def _mutant(name, doc):
-    MUTANTS[name] = (len(MUTANTS) + 1, doc)
-    return len(MUTANTS)
+MUTANTS = Mutants("")
+_mutant = MUTANTS.add
 
 
 Q_FLOOR = _mutant("q_floor", "q = floor(2048 (k + 2560) / length): rounded down instead of up")
@@ -667,10 +664,7 @@ def simulate(logits_bits, lengths, k, block_mode=False, *, build=None, resident=
     rows, width = logits_bits.shape
     C, T, V = resolve_build(rows, width, build, resident)
     if isinstance(mutant, str):
-        if mutant not in MUTANTS:
-            raise ValueError(f"unknown mutant {mutant!r}; valid names include "
-                             f"{', '.join(list(MUTANTS)[:4])}, ... ({len(MUTANTS)} in all, model.MUTANTS)")
-        mutant = MUTANTS[mutant][0]
+        mutant = MUTANTS.id_of(mutant)
     out = np.full((rows, k), UNWRITTEN, dtype=np.int32)
     trace = np.full((rows, len(TRACE_FIELDS)), -1, dtype=np.int32)
     if rows == 0:

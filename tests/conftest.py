@@ -1,6 +1,8 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 # tests/_brute.py is a helper module of the tests, imported as `_brute`.
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -17,3 +19,17 @@ def pytest_terminal_summary(terminalreporter, config):
     if _deselected_slow and config.option.markexpr == "not slow":
         terminalreporter.write_line(f"{len(_deselected_slow)} slow tests deselected (the default); "
                                     f"run them with `python -m pytest -q -m slow`")
+
+
+@pytest.fixture(scope="session")
+def model_ci():
+    """(SuiteResult, printed text) of the model over the ci level on every build: the
+    same run serves every test that looks at it (it takes several seconds)."""
+    import io
+
+    from decode_topk.conformance.suite import run_suite
+    from decode_topk.kernel.policy import BUILDS
+
+    stream = io.StringIO()
+    result = run_suite("model", "ci", stream=stream, builds=list(BUILDS))
+    return result, stream.getvalue()

@@ -3,38 +3,19 @@
 import numpy as np
 import pytest
 
-from decode_topk.reference import (
+from decode_topk.reference.bits import (
     KEY_NEG_INF,
     KEY_POS_INF,
     bf16_bits_from_float32,
     bf16_bits_from_torch,
+    bits_from_key,
     block_key,
     block_max_bits,
     float32_from_bf16_bits,
     order_key,
 )
-from decode_topk.reference.bits import bits_from_key
 
-# (bits, key, what): key = ~b & 0xFFFF with the sign bit set, else b | 0x8000.
-KEY_TABLE = [
-    (0x0000, 0x8000, "+0"),
-    (0x8000, 0x7FFF, "-0: just below +0"),
-    (0x0001, 0x8001, "smallest positive subnormal"),
-    (0x8001, 0x7FFE, "smallest negative subnormal"),
-    (0x3F80, 0xBF80, "1.0"),
-    (0xBF80, 0x407F, "-1.0"),
-    (0x7F7F, 0xFF7F, "largest finite"),
-    (0xFF7F, 0x0080, "most negative finite"),
-    (0x7F80, 0xFF80, "+inf"),
-    (0xFF80, 0x007F, "-inf"),
-    (0x7F81, 0xFF81, "signalling NaN: just above +inf"),
-    (0x7FC0, 0xFFC0, "quiet NaN"),
-    (0x7FFF, 0xFFFF, "canonical NaN of max.NaN: the largest key"),
-    (0xFFC0, 0x003F, "negative quiet NaN: below -inf"),
-    (0xFF81, 0x007E, "negative signalling NaN: just below -inf"),
-    (0xFFFF, 0x0000, "all ones: the smallest key"),
-]
-
+from _spec_tables import ALL_PATTERNS, BLOCK_TABLE, KEY_TABLE, orders_numbers
 
 @pytest.mark.parametrize("bits,key,what", KEY_TABLE)
 def test_order_key_table(bits, key, what):
@@ -49,35 +30,10 @@ def test_key_constants():
 
 
 def test_order_key_is_a_bijection_that_orders_numbers():
-    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
-    keys = order_key(bits)
+    keys = order_key(ALL_PATTERNS)
     assert keys.dtype == np.uint16
-    assert np.unique(keys).size == 1 << 16
-    assert np.array_equal(bits_from_key(keys), bits)
-    values = float32_from_bf16_bits(bits)
-    finite = ~np.isnan(values)
-    by_key = values[finite][np.argsort(keys[finite])]
-    assert np.all(np.diff(by_key) >= 0), "keys order non-NaN values as numbers"
-
-
-def _block(*bits):
-    return np.array(bits + (0xC000,) * (8 - len(bits)), np.uint16)  # pad with -2.0
-
-
-# (eight logits, block value bits, what): PTX max.NaN.bf16x2 semantics.
-BLOCK_TABLE = [
-    (_block(0x3F80, 0x4000), 0x4000, "max(1, 2) = 2"),
-    (_block(0x8000, 0x0000), 0x0000, "max(-0, +0) = +0"),
-    (_block(0x0000, 0x8000), 0x0000, "max(+0, -0) = +0, either order"),
-    (np.full(8, 0x8000, np.uint16), 0x8000, "max(-0, -0) = -0"),
-    (np.full(8, 0xFF80, np.uint16), 0xFF80, "all -inf: -inf"),
-    (_block(0xFF80, 0x7F80), 0x7F80, "+inf wins"),
-    (_block(0x7FC0), 0x7FFF, "a NaN gives the canonical NaN"),
-    (_block(0xFFC0, 0x7F80), 0x7FFF, "a negative NaN too, even beside +inf"),
-    (_block(0x7F81), 0x7FFF, "a signalling NaN too"),
-    (np.full(8, 0xBF80, np.uint16), 0xBF80, "all -1: -1"),
-    (_block(0x8001, 0x8000), 0x8000, "max(-subnormal, -0) = -0"),
-]
+    assert np.array_equal(bits_from_key(keys), ALL_PATTERNS)
+    assert orders_numbers(keys)
 
 
 @pytest.mark.parametrize("block,value,what", BLOCK_TABLE)

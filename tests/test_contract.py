@@ -14,31 +14,11 @@ from decode_topk.conformance import contract
 from decode_topk.reference import bits as ref_bits
 from decode_topk.reference import topk as ref_topk
 
+from _spec_tables import ALL_PATTERNS, BLOCK_TABLE, KEY_TABLE, block, orders_numbers
+
 ROOT = Path(__file__).resolve().parents[1]
-ALL_PATTERNS = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 NANS = (0x7F81, 0x7FA5, 0x7FC0, 0x7FFF, 0xFF81, 0xFFA5, 0xFFC0, 0xFFFF)  # both signs, low/mid/quiet/all-ones payloads
 SPECIALS = NANS + (0x0000, 0x8000, 0x7F80, 0xFF80, 0x0001, 0x8001, 0x3F80, 0xBF80, 0x7F7F, 0xFF7F)
-
-# SPEC.md 1.2, literally: (bits, key, what)
-KEY_TABLE = [
-    (0x0000, 0x8000, "+0"),
-    (0x8000, 0x7FFF, "-0: just below +0"),
-    (0x0001, 0x8001, "smallest positive subnormal"),
-    (0x8001, 0x7FFE, "smallest negative subnormal"),
-    (0x3F80, 0xBF80, "1.0"),
-    (0xBF80, 0x407F, "-1.0"),
-    (0x7F7F, 0xFF7F, "largest finite"),
-    (0xFF7F, 0x0080, "most negative finite"),
-    (0x7F80, 0xFF80, "+inf"),
-    (0xFF80, 0x007F, "-inf"),
-    (0x7F81, 0xFF81, "positive NaN, payload 1: just above +inf"),
-    (0x7FC0, 0xFFC0, "quiet NaN"),
-    (0x7FFF, 0xFFFF, "canonical NaN: the largest key"),
-    (0xFF81, 0x007E, "negative NaN, payload 1: just below -inf"),
-    (0xFFC0, 0x003F, "negative quiet NaN"),
-    (0xFFFF, 0x0000, "all ones: the smallest key"),
-]
-
 
 @pytest.mark.parametrize("bits,key,what", KEY_TABLE)
 def test_key_spec_table(bits, key, what):
@@ -54,37 +34,8 @@ def test_key_equals_reference_on_every_pattern():
 
 
 def test_key_is_a_bijection_that_orders_numbers():
-    keys = contract.key(ALL_PATTERNS)
-    assert np.unique(keys).size == 1 << 16 and keys.min() == 0 and keys.max() == 0xFFFF
-    values = ALL_PATTERNS.astype(np.uint32) << 16
-    values = values.view(np.float32)
-    number = ~np.isnan(values)
-    by_key = values[number][np.argsort(keys[number])]
-    assert np.all(np.diff(by_key) >= 0)
+    assert orders_numbers(contract.key(ALL_PATTERNS))
     assert contract.KEY_POS_INF == 0xFF80 and contract.KEY_NEG_INF == 0x007F
-
-
-def _block(*bits, fill=0xC000):  # pad with -2.0
-    return np.array(bits + (fill,) * (8 - len(bits)), np.uint16)
-
-
-# SPEC.md 1.3, literally: (eight logits, block value, what)
-BLOCK_TABLE = [
-    (_block(0x3F80, 0x4000), 0x4000, "max(1, 2) = 2"),
-    (_block(0x8000, 0x0000), 0x0000, "max(-0, +0) = +0"),
-    (_block(0x0000, 0x8000), 0x0000, "max(+0, -0) = +0"),
-    (np.full(8, 0x8000, np.uint16), 0x8000, "max(-0, -0) = -0"),
-    (_block(0x8000, 0x8001), 0x8000, "-0 above a negative subnormal"),
-    (np.full(8, 0x0000, np.uint16), 0x0000, "all +0"),
-    (np.full(8, 0xFF80, np.uint16), 0xFF80, "all -inf: -inf"),
-    (_block(0xFF80, 0x7F80), 0x7F80, "+inf wins"),
-    (_block(0x7FC0), 0x7FFF, "a NaN gives the canonical NaN"),
-    (_block(0xFFC0, 0x7F80), 0x7FFF, "a negative NaN too, even beside +inf"),
-    (_block(0xFFFF), 0x7FFF, "the all-ones negative NaN too"),
-    (_block(0x7F81), 0x7FFF, "a signalling NaN too"),
-    (np.full(8, 0xFF81, np.uint16), 0x7FFF, "all negative NaNs"),
-    (np.full(8, 0xBF80, np.uint16), 0xBF80, "all -1: -1"),
-]
 
 
 @pytest.mark.parametrize("block,value,what", BLOCK_TABLE)
@@ -104,7 +55,7 @@ def _crafted_blocks():
     few = (0x0000, 0x8000, 0x7F80, 0xFF80, 0x8001, 0x0001, 0xBF80)
     for combo in itertools.product(few, repeat=3):
         for fill in (0x8000, 0xFF80):
-            blocks.append(_block(*combo, fill=fill))
+            blocks.append(block(*combo, fill=fill))
     return np.stack(blocks)
 
 
@@ -196,8 +147,8 @@ def _imports(path):
 @pytest.mark.parametrize("path", ["conformance/checker.py", "conformance/contract.py", "conformance/trace.py"])
 def test_no_element_helper_from_the_reference(path):
     """The checker, its contract and the trace oracle take from reference/ only the input
-    validator (shared on purpose, contract.py says why)."""
-    allowed = {("decode_topk.reference.topk", "validate_inputs")}
+    validator (shared on purpose, contract.py says why) and the mutant registry (no rule)."""
+    allowed = {("decode_topk.reference.topk", "validate_inputs"), ("decode_topk.reference.mutants", "Mutants")}
     for module, name in _imports(ROOT / path):
         if "reference" in module or (module.endswith("decode_topk") and name == "reference"):
             assert (module, name) in allowed, f"{path} imports {name} from {module}"

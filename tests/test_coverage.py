@@ -90,15 +90,8 @@ def test_reachable_is_what_every_length_allows(build):
     assert f"{build.name} block short: slots -, 0;" in line
 
 
-@pytest.fixture(scope="module")
-def ci_model():
-    stream = io.StringIO()
-    result = run_suite("model", "ci", stream=stream, builds=list(BUILDS))
-    return result, stream.getvalue()
-
-
-def test_the_model_at_ci_reaches_every_reachable_combination(ci_model):
-    result, text = ci_model
+def test_the_model_at_ci_reaches_every_reachable_combination(model_ci):
+    result, text = model_ci
     reached = cv.suite_combinations(result.runs)
     assert result.ok and result.slot_problems == [], text[-3000:]
     assert cv.reachable_all(BUILDS) <= set(reached)
@@ -112,8 +105,8 @@ def test_the_model_at_ci_reaches_every_reachable_combination(ci_model):
 
 
 @pytest.mark.parametrize("case", TOP_SLOT_CASES, ids=lambda c: c.name)
-def test_dropping_a_top_slot_case_leaves_its_slots_unreached(ci_model, case):
-    result, _ = ci_model
+def test_dropping_a_top_slot_case_leaves_its_slots_unreached(model_ci, case):
+    result, _ = model_ci
     others = [run for run in result.runs if run.case != case.name]
     problems = cv.suite_problems(others, BUILDS)
     lacking = cv.missing(cv.suite_combinations(others), BUILDS)

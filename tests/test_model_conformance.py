@@ -20,22 +20,15 @@ ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ("path:short", "path:sampled", "path:direct", "reason:overflow", "reason:underflow")
 
 
-@pytest.fixture(scope="module")
-def ci_result():
-    stream = io.StringIO()
-    result = run_suite("model", "ci", stream=stream, builds=list(BUILDS))
-    return result, stream.getvalue()
-
-
-def test_model_passes_ci_on_every_build(ci_result):
-    result, text = ci_result
+def test_model_passes_ci_on_every_build(model_ci):
+    result, text = model_ci
     assert result.ok, text[-3000:]
     assert text.splitlines()[0].split()[-2:] == ["seconds", "build"]  # the build column's header
     assert {run.build for run in result.runs} == {b.name for b in list(BUILDS)}
 
 
-def test_ci_reaches_every_path_and_reason_on_every_build(ci_result):
-    result, text = ci_result
+def test_ci_reaches_every_path_and_reason_on_every_build(model_ci):
+    result, text = model_ci
     coverage = result.coverage()
     for build in list(BUILDS):
         cov = coverage[build.name]
