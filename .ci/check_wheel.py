@@ -22,8 +22,9 @@ import zipfile
 from pathlib import Path
 
 PACKAGE_FILES = ("__init__.py", "SPEC.md", "LICENSE", "NOTICE", "py.typed", "reference/topk.py",
-                 "reference/model.py", "conformance/__main__.py", "kernel/decode_topk_cute.py", "kernel/aot.py",
-                 "kernel/aot_loader.py", "kernel/torch_ops.py")
+                 "reference/model.py", "reference/mutants.py", "conformance/__main__.py", "conformance/checker.py",
+                 "conformance/contract.py", "conformance/gpu_impl.py", "kernel/policy.py", "kernel/vendor.py",
+                 "kernel/decode_topk_cute.py", "kernel/aot.py", "kernel/aot_loader.py", "kernel/torch_ops.py")
 SCRIPTS = ("decode-topk-conformance", "decode-topk-mutation", "decode-topk-aot")
 NOT_PACKAGE = ("decode_topk/tests/", "decode_topk/bench/", "decode_topk/docs/", "decode_topk/setup.py",
                "decode_topk/.ci/", "decode_topk/kernel/aot/.gitignore")

@@ -14,15 +14,13 @@ would have given on the same traces.
 
 import argparse
 import sys
-from pathlib import Path
 
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from decode_topk.conformance.cases import indexer_rows, normal_bits  # noqa: E402
-from decode_topk.conformance.trace import q_for  # noqa: E402
-from decode_topk.kernel import policy  # noqa: E402
-from decode_topk.reference.model import simulate  # noqa: E402
+from decode_topk.conformance.cases import indexer_rows, normal_bits
+from decode_topk.conformance.trace import q_for
+from decode_topk.kernel import policy
+from decode_topk.reference.model import simulate
 
 
 def main(argv=None):

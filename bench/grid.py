@@ -7,7 +7,7 @@
         [--png bench/results/grid.png] [--results bench/RESULTS.md] [--data rho0.9]
         [--peer-time topk_us us e2e_us]
 
-`run` (on the H200, no DSL needed: the AOT libraries .aot and .aot_sol are carried) times
+`run` (on the H200, no DSL needed: the AOT libraries kernel/aot and .aot_sol are carried) times
 every point of rows x valid length x k in token mode, plus block mode (top-2048 blocks)
 at 1,048,576, for each data kind, and writes DIR/grid.json and DIR/grid.md. `report` (any
 machine; it needs matplotlib) turns the JSON into the PNG and writes bench/RESULTS.md

@@ -4,7 +4,7 @@
 
     python bench/grid_traces.py [--rows 14] [--points rho0.9:1048576:2048 ...]
 
-Run on the H200 with `.aot` carried. A point is DATA:LENGTH:K (token mode, every row at
+Run on the H200 with `kernel/aot` carried. A point is DATA:LENGTH:K (token mode, every row at
 the full length), the data made exactly as `grid.py run` makes it (same seed), whose
 first --rows rows are traced on the policy's build.
 """

@@ -11,9 +11,7 @@ row), or with --data quantized a normal distribution in steps of 1/16 (faster to
 """
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 

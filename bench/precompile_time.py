@@ -7,8 +7,6 @@ nothing (issue 5). Needs a GPU and the DSL (the JIT path).
 import argparse
 import sys
 import time
-from pathlib import Path
-
 
 
 def main(argv=None):

@@ -17,16 +17,12 @@ and bench/grid.py loads .aot_sol/libdecode_topk.so (its hash checked against thi
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Int32, Int64
 
-
-import cuda.bindings.driver as cuda  # noqa: E402
-import cutlass  # noqa: E402
-import cutlass.cute as cute  # noqa: E402
-from cutlass import Int32, Int64  # noqa: E402
-
-from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
+from decode_topk.kernel import decode_topk_cute as dtk
 
 KS = (512, 2048)  # the grid's k
 

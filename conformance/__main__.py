@@ -52,10 +52,13 @@ def _parser():
     impl_help = (f"implementation: {', '.join(registry.names())}, or pkg.module:attr (any callable "
                  f"impl(logits_bits, lengths, k, block_mode))")
     build_names = ", ".join(b.name for b in BUILDS)
-    parser.add_argument("--impl", default="reference", help=impl_help + " (default: reference)")
-    parser.add_argument("--level", default="ci", choices=LEVELS, help="ci (fast) or full (ci plus big cases)")
-    parser.add_argument("--case", default=None, help="only cases whose name contains this")
-    parser.add_argument("--build", default=None,
+    # The suite run's options keep their own names (run_*), so that one given before a
+    # subcommand is not silently overwritten by that subcommand's option of the same name.
+    parser.add_argument("--impl", dest="run_impl", default=None, help=impl_help + " (default: reference)")
+    parser.add_argument("--level", dest="run_level", default=None, choices=LEVELS,
+                        help="ci (fast, the default) or full (ci plus big cases)")
+    parser.add_argument("--case", dest="run_case", default=None, help="only cases whose name contains this")
+    parser.add_argument("--build", dest="run_build", default=None,
                         help=f"all, or one build ({build_names}); default: all for the model, else the "
                              f"implementation's own choice")
     commands = parser.add_subparsers(dest="command", metavar="{gen,out,ver}",
@@ -78,8 +81,16 @@ def _parser():
     return parser
 
 
+RUN_OPTIONS = {"run_impl": "--impl", "run_level": "--level", "run_case": "--case", "run_build": "--build"}
+
+
 def main(argv=None):
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    given = [flag for dest, flag in RUN_OPTIONS.items() if getattr(args, dest) is not None]
+    if args.command and given:
+        parser.error(f"{', '.join(given)} before `{args.command}` belong to the suite run; "
+                     f"give the {args.command} command's options after it")
     try:
         if args.command == "gen":
             count = genver.gen(args.out, args.level, args.case)
@@ -91,7 +102,9 @@ def main(argv=None):
             return 1 if failed else 0
         if args.command == "ver":
             return 0 if genver.verify(args.cases, args.outputs).ok else 1
-        result = run_suite(args.impl, args.level, args.case, builds=_builds(args.build, registry.record(args.impl)))
+        impl = args.run_impl or "reference"
+        result = run_suite(impl, args.run_level or "ci", args.run_case,
+                           builds=_builds(args.run_build, registry.record(impl)))
     except (ValueError, registry.Unavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

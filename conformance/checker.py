@@ -87,6 +87,7 @@ def check(logits_bits, lengths, k, block_mode, out):
     dtype or shape.
     """
     contract.validate_inputs(logits_bits, lengths, k)
+    block_mode = contract.mode(block_mode)
     lengths = contract.row_lengths(lengths)
     k = int(k)
     validate_out(out, logits_bits.shape[0], k)

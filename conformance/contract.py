@@ -245,3 +245,12 @@ def row_lengths(lengths):
     """The lengths as int64, converted here rather than taken from `validate_inputs`
     (module docstring); call after it has accepted them."""
     return np.asarray(lengths).astype(np.int64)
+
+
+def mode(block_mode):
+    """block_mode as a bool: True/False (or a NumPy bool), else ValueError. The contract's
+    own statement of SPEC 1.5's rule, because a truthy string such as 'false' would judge
+    the row in the other mode."""
+    if isinstance(block_mode, (bool, np.bool_)):
+        return bool(block_mode)
+    raise ValueError(f"block_mode={block_mode!r} must be a bool")

@@ -40,7 +40,6 @@ from decode_topk.kernel import policy
 
 from . import gpu_impl
 
-REPO = Path(__file__).resolve().parent.parent
 
 POISON = gpu_impl.POISON
 DEVICE = "cuda"  # tests run this tool on "cpu" with a stand-in for the library
@@ -77,7 +76,7 @@ def facts():
         for block_mode in (False, True):
             for build in policy.BUILDS:
                 n = aot_loader.max_active_clusters(k, build.cluster, build.vectors, block_mode, False)
-                resident[f"k{k}_{'block' if block_mode else 'token'}_{build.cluster}x{build.vectors}"] = n
+                resident[f"k{k}_{'block' if block_mode else 'token'}_{build.name}"] = n
     return {"gpu": dev.name if dev else DEVICE, "sms": dev.multi_processor_count if dev else None,
             "torch": torch.__version__,
             "arch": info["arch"], "kernel_source_sha256": info["kernel_source_sha256"],
@@ -172,7 +171,7 @@ def suite(level, out_dir, timeout, results):
     t0 = time.perf_counter()
     try:
         with open(path, "w") as f:
-            p = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
+            p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
         rec["rc"] = p.returncode
     except subprocess.TimeoutExpired:
         rec["rc"] = None
@@ -216,7 +215,8 @@ def failed(results):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build" / "gpu"))
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path.cwd() / "build" / "gpu"),
+                    help="results folder (default $OUT, else ./build/gpu)")
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--width", type=int, default=73_728)
     ap.add_argument("--seed", type=int, default=20261130)

@@ -32,12 +32,20 @@ def to_device_bf16(logits_bits, device="cuda"):
     return dev.view(torch.bfloat16)[:, :width]
 
 
-def resolve(launcher, rows, width, k, block_mode, trace, build, device):
-    """The Build that runs: `build` (anything Build.parse takes) or the policy's choice
-    on the launcher's occupancy."""
-    if build is not None:
-        return Build.parse(build)
-    return policy.build_for(rows, width, lambda b: launcher.resident(Variant(k, b, block_mode, trace), device))
+class _Recording:
+    """A launcher that passes everything to `launcher` and keeps the Variant it enqueued:
+    the build the front end chose, so that run_numpy never chooses one itself."""
+
+    def __init__(self, launcher):
+        self.launcher = launcher
+        self.variant = None
+
+    def resident(self, variant, device):
+        return self.launcher.resident(variant, device)
+
+    def enqueue(self, variant, *args):
+        self.variant = variant
+        self.launcher.enqueue(variant, *args)
 
 
 def run_numpy(launcher, logits_bits, lengths, k, block_mode=False, build=None, trace=True, device="cuda"):
@@ -48,13 +56,20 @@ def run_numpy(launcher, logits_bits, lengths, k, block_mode=False, build=None, t
 
     logits = to_device_bf16(logits_bits, device)
     rows, width = logits.shape
-    k, block_mode, trace = int(k), bool(block_mode), bool(trace)
+    k, trace = int(k), bool(trace)
     lens = torch.from_numpy(np.ascontiguousarray(lengths, dtype=np.int32)).to(device)
     out = torch.full((rows, k), POISON, dtype=torch.int32, device=device)
     tr = torch.full((rows, len(TRACE_FIELDS)), POISON, dtype=torch.int32, device=device) if trace else None
-    ran = resolve(launcher, rows, width, k, block_mode, trace, build, logits.device)
-    policy.launch(launcher, logits, lens, k, out, block_mode, tr, ran)
+    recording = _Recording(launcher)
+    policy.launch(recording, logits, lens, k, out, block_mode, tr, build)
     torch.cuda.synchronize(logits.device)
+    if recording.variant is not None:
+        ran = recording.variant.build
+    elif build is not None:  # an empty batch enqueues nothing
+        ran = Build.parse(build)
+    else:
+        ran = policy.build_for(rows, width, lambda b: launcher.resident(Variant(k, b, bool(block_mode), trace),
+                                                                         logits.device))
     return out.cpu().numpy(), (tr.cpu().numpy() if trace else None), ran
 
 

@@ -105,7 +105,7 @@ class Campaign:
     """The runs of a level's cases over builds, with the unmutated model's results cached."""
 
     def __init__(self, level="ci", builds=None, case_filter=None):
-        self.builds = list(builds) if builds else list(BUILDS)
+        self.builds = [Build.parse(b) for b in builds] if builds else list(BUILDS)
         selected = [c for c in cases(level) if case_filter is None or case_filter in c.name]
         if not selected:
             raise ValueError(f"no case of level {level!r} matches {case_filter!r}")
@@ -114,7 +114,7 @@ class Campaign:
         for case in selected:
             logits, lengths = case.generate()
             for build in self.builds:
-                if logits.shape[1] > build[0] * build[1] * build[2] * 8:
+                if logits.shape[1] > build.capacity:
                     continue
                 for k in case.ks:
                     for mode in case.modes:
@@ -300,8 +300,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m decode_topk.conformance.mutation",
                                      description=__doc__.split("\n", 3)[3],  # less the usage: argparse prints its own
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", default="model", choices=TARGETS + ("all",),
-                        help="which campaign: model (default), checker, policy, or all of them")
+    parser.add_argument("--target", default="all", choices=TARGETS + ("all",),
+                        help="which campaign: model, checker, policy, or all of them (default)")
     parser.add_argument("--level", default=None, choices=LEVELS,
                         help="model target: the catalogue level whose cases run (default ci)")
     parser.add_argument("--build", default=None,

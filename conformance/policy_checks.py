@@ -8,7 +8,9 @@ counts, and returns every disagreement with the policy as it is imported now.
 
 `POLICY_MUTANTS` are realistic bugs of the policy (name -> (description, patch)); `patch`
 returns {function name: replacement} for kernel/policy.py's module globals, so a mutant
-changes the policy every caller sees (the functions look each other up by name). The
+changes what every caller of `policy.<name>` and every policy function that calls it sees
+(they look each other up by name; a name imported by value elsewhere keeps the original,
+which is why the edge table calls the policy through the module). The
 mutation campaign (`python -m decode_topk.conformance.mutation --target policy`) requires
 `edge_problems` to report each one.
 """

@@ -196,8 +196,15 @@ class _Model:
     batch, which it leaves in `last_build` as the GPU implementations do."""
 
     def __init__(self):
+        import sys
+        from pathlib import Path
+
         from decode_topk.reference import model
 
+        # numba compiles the model on its first run (cache=True keeps it in
+        # reference/__pycache__ afterwards): say so rather than sit silent for ~10 s.
+        if not any(Path(model.__file__).parent.glob("__pycache__/model._simulate_rows*.nbi")):
+            print("compiling the model with numba (first run only, about 10 s)...", file=sys.stderr, flush=True)
         self.model = model
         self.last_build = None
 

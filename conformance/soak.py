@@ -34,7 +34,6 @@ from decode_topk.kernel import policy
 
 from .gpu_impl import POISON
 
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PLAN = ("73728:100000x4", "16384:300000x1", "4096:300000x1", "262144:30000x1", "524288:16000x1",
                 "1048576:8000x1")
 
@@ -82,7 +81,8 @@ def soak_batch(width, rows, seed):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build" / "soak"))
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path.cwd() / "build" / "soak"),
+                    help="results folder (default $OUT, else ./build/soak)")
     ap.add_argument("--plan", nargs="+", default=list(DEFAULT_PLAN))
     ap.add_argument("--seed", type=int, default=7000)
     ap.add_argument("--budget", type=float, default=540.0)

@@ -83,7 +83,7 @@ import time
 import typing
 from pathlib import Path
 
-from . import resources
+from . import policy, resources
 from .aot_loader import (ARCHS, DTK_BAD_NEXT_N, DTK_LOAD_FAILED, DTK_NO_SMEM, DTK_NO_VARIANT, LIBRARY, MANIFEST,
                          PACKAGE_AOT, default_aot_dir, kernel_source_sha256)
 
@@ -259,8 +259,9 @@ def fake_modes(module, k):
 # C expressions of each tensor's modes in dtk_launch's parameters (SPEC 1.1; the trace is
 # [rows, 8]; lengths has one entry a request of next_n rows). Keyed by argument position
 # of (logits, lengths, out, trace, stream).
-_SHAPE_EXPR = [("rows", "width"), ("rows / next_n",), ("rows", "K_"), ("rows", "8")]
-_STRIDE_EXPR = [("row_stride", "1"), ("1",), ("K_", "1"), ("8", "1")]
+_TRACE_WIDTH = str(len(policy.TRACE_FIELDS))
+_SHAPE_EXPR = [("rows", "width"), ("rows / next_n",), ("rows", "K_"), ("rows", _TRACE_WIDTH)]
+_STRIDE_EXPR = [("row_stride", "1"), ("1",), ("K_", "1"), (_TRACE_WIDTH, "1")]
 _DATA_EXPR = ["logits", "lengths", "out", "trace_buf"]
 
 

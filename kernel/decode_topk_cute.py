@@ -73,11 +73,11 @@ from cutlass import Int32, Int64, Uint32, Uint64, const_expr
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-# The constants, builds, launch policy, input checks and host front end: DSL-free, in
-# policy.py, so the model, the suite and the AOT loader share them. `python -m
-# decode_topk.kernel.vendor` writes this module as one file with policy.py's body in place
-# of the import below (the line after the marker, up to its closing parenthesis).
 # vendor: policy
+# The constants, builds, launch policy, input checks and host front end live DSL-free in
+# policy.py, so the model, the suite and the AOT loader share them; `python -m
+# decode_topk.kernel.vendor` writes this module as one file with policy.py's body in place
+# of this comment and the import below.
 from .policy import (
     BUILDS,
     KEY_NEG_INF,
@@ -111,10 +111,10 @@ from .policy import (
 )
 
 __all__ = [
-    # the policy's public names, re-exported: the seed's API of this module
-    "BUILDS", "KS", "MAX_WIDTH", "TRACE_FIELDS", "Build", "Variant", "build_for", "check_inputs", "check_lengths",
-    "check_logits", "cluster_for", "launch_slices", "max_rows", "threads_for", "variants", "vector_choices",
-    "vectors_for",
+    # the launch policy's public names (policy.py): this module's API since the first version
+    "BUILDS", "KS", "LOGITS_PER_VECTOR", "MAX_WIDTH", "TRACE_FIELDS", "WAVES_16", "Build", "Variant", "build_for",
+    "check_inputs", "check_lengths", "check_logits", "check_width", "cluster_for", "launch_slices", "max_rows",
+    "new_output", "threads_for", "variants", "vector_choices", "vectors_for",
     # this module's own
     "DecodeTopK", "compile_decode_topk", "cute_arguments", "decode_topk", "decode_topk_seq_lens",
     "fake_arguments", "precompile", "resident_clusters", "resident_for", "supports_decode_topk",
@@ -1045,7 +1045,8 @@ def resident_clusters(cluster: int, vectors: int, k: int = 2048, block_mode: boo
 
 
 class JitLauncher:
-    """The DSL launcher of policy.launch: compiles (cached) and launches through cute."""
+    """The DSL's launcher for `launch` (the host front end): compiles each variant once
+    (cached) and launches it through cute."""
 
     def resident(self, variant, device=None):
         import torch
@@ -1132,11 +1133,13 @@ def decode_topk_seq_lens(logits, seq_lens, next_n: int, k: int, out=None, block_
     return launch(JIT, logits, seq_lens, k, out, block_mode, None, None, next_n, check_lengths)
 
 
-def precompile(max_width: int, k_values=KS, block_modes=(False, True), trace: bool = False, arch=None):
+def precompile(max_width: int, k_values=KS, block_modes=(False, True), trace: bool = False, arch=None,
+               progress=False):
     """Compile the DecodeTopK variants decode_topk launches on rows of up to max_width
     logits and (arch None: for this device, which must be a CUDA GPU) ask each one's
-    occupancy, so the first decode call compiles nothing and queries nothing. Returns the
-    Variants compiled."""
+    occupancy, so the first decode call compiles nothing and queries nothing (about 2 s a
+    variant; 24 at max_width 1048576). progress: print a line a variant to stderr.
+    Returns the Variants compiled."""
     builds = precompile_builds(max_width)
     if arch is None:
         _require_cuda("precompile() for this device (pass arch='sm_90a' or 'sm_100a' to compile without one)")
@@ -1144,8 +1147,14 @@ def precompile(max_width: int, k_values=KS, block_modes=(False, True), trace: bo
     for k in k_values:
         for build in builds:
             for block_mode in block_modes:
+                variant = Variant(k, build, bool(block_mode), bool(trace))
+                if progress:
+                    import sys
+
+                    print(f"precompile: {variant.name} ({len(done) + 1} of "
+                          f"{len(k_values) * len(builds) * len(block_modes)})", file=sys.stderr, flush=True)
                 compile_decode_topk(k, build.cluster, build.vectors, block_mode, trace, arch)
                 if arch is None and not trace:  # the policy's occupancy query, cached too
                     resident_clusters(build.cluster, build.vectors, k, block_mode)
-                done.append(Variant(k, build, bool(block_mode), bool(trace)))
+                done.append(variant)
     return done

@@ -15,6 +15,7 @@ library: how many clusters of a build the device keeps resident, and how one var
 enqueued on the current stream.
 """
 
+import numbers
 import typing
 
 # ---------------------------------------------------------------------------------------
@@ -86,9 +87,12 @@ class Build(typing.NamedTuple):
             try:
                 parts = tuple(int(x) for x in spec.split("x"))
             except ValueError:
-                raise ValueError(f"build {spec!r} is not CxTxV (e.g. {BUILDS[0].name})") from None
-        elif isinstance(spec, (tuple, list)) and all(isinstance(x, int) and not isinstance(x, bool) for x in spec):
-            parts = tuple(spec)
+                parts = ()
+            if len(parts) != 3:  # the one spelling a person types: all three numbers
+                raise ValueError(f"build {spec!r} is not CxTxV (e.g. {BUILDS[0].name})")
+        elif isinstance(spec, (tuple, list)) and all(isinstance(x, numbers.Integral) and not isinstance(x, bool)
+                                                     for x in spec):
+            parts = tuple(int(x) for x in spec)
         else:
             raise ValueError(f"build {spec!r} is not a Build, 'CxTxV', (cluster, vectors) or "
                              f"(cluster, threads, vectors)")
@@ -243,11 +247,16 @@ def check_logits(logits, k, resident=None, memory=True):
     if rows >= 2**31:
         raise ValueError(f"rows={rows} does not fit an int32")
     check_width(width)
-    limit = None if resident is None else max_rows(width, resident)
+    if resident is not None:
+        _check_rows(rows, width, resident)
+    return row_stride
+
+
+def _check_rows(rows, width, resident):
+    limit = max_rows(width, resident)
     if limit is not None and rows > limit:
         raise ValueError(f"rows={rows} of width {width} exceed the 16-CTA build's {WAVES_16} waves "
                          f"({limit} rows on this device)")
-    return row_stride
 
 
 def check_arguments(logits, lengths, k, out, next_n=1, trace=None, trace_width=len(TRACE_FIELDS), memory=True):
@@ -277,10 +286,10 @@ def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_
     logits: CUDA bfloat16 [rows, width]; lengths: int32 [rows // next_n] (one a request
     of next_n rows); out: int32 [rows, k]; trace: None or int32 [rows, trace_width]."""
     chosen = None if build is None else Build.parse(build)
-    check_logits(logits, k, resident if chosen is None else None)
     row_stride = check_arguments(logits, lengths, k, out, next_n, trace, trace_width)
     rows, width = logits.shape
     if chosen is None:
+        _check_rows(rows, width, resident)
         return build_for(rows, width, resident), row_stride
     if width > chosen.capacity:
         raise ValueError(f"build {chosen.name} holds rows of up to {chosen.capacity} logits, not {width}")

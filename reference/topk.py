@@ -10,11 +10,10 @@ import numbers
 
 import numpy as np
 
-from decode_topk.kernel.policy import check_flag, check_width
+from decode_topk.kernel.policy import KS, check_flag, check_width
 
 from .bits import KEY_NEG_INF, KEY_POS_INF, LOGITS_PER_BLOCK, block_key, order_key
 
-KS = (512, 1024, 2048)
 
 
 def validate_inputs(logits_bits, lengths, k):

@@ -3,7 +3,7 @@
     call(logits, lengths, k, out, block_mode=False, next_n=1, check_lengths=False)
 
 (lengths holds one entry a request of next_n rows): 'dsl' (kernel/decode_topk_cute.py,
-where nvidia-cutlass-dsl is installed), 'aot' (kernel/aot_loader.py, where `.aot` is
+where nvidia-cutlass-dsl is installed), 'aot' (kernel/aot_loader.py, where the library for this GPU's arch is
 built from this kernel source) and 'op' (the torch custom op, kernel/torch_ops.py, on its
 backend). The GPU tests parametrize over these, so one test covers every way in.
 """

@@ -1,6 +1,6 @@
 """The AOT library on a GPU: the conformance suite through 'aot' at the ci level, and hand
 checks of kernel/aot_loader.py. Skips without torch, a CUDA device or the library
-(`python -m decode_topk.kernel.aot` builds it; carry `.aot` to the GPU machine). A stale library
+(`python -m decode_topk.kernel.aot` builds it; carry `kernel/aot` or install the platform wheel). A stale library
 (built from another kernel source) fails, on purpose.
 """
 

@@ -142,3 +142,15 @@ def test_a_filter_matching_nothing_exits_2_saying_why():
     assert result.returncode == 2 and result.stdout == ""
     assert "no case of level 'ci' matches --case 'needels'; closest: needles" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_suite_options_before_a_subcommand_are_refused(tmp_path, capsys):
+    """`--level full gen ...` once wrote the ci level: the subcommand's own --level
+    default overwrote the one given before it."""
+    from decode_topk.conformance.__main__ import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--level", "full", "gen", "--out", str(tmp_path / "x.npz")])
+    assert stop.value.code == 2
+    assert "--level before `gen` belong to the suite run" in capsys.readouterr().err
+    assert not (tmp_path / "x.npz").exists()

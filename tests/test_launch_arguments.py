@@ -26,3 +26,12 @@ def test_lengths_extent_and_row_stride_are_dynamic():
     assert len(args) == 5
     assert "o (?):" in repr(args[1]), repr(args[1])  # the lengths' extent
     assert ":(?{i64},1)" in repr(args[0]), repr(args[0])  # the logits' row stride
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a machine without a GPU gets")
+def test_precompile_without_a_gpu_says_so_before_compiling(monkeypatch):
+    compiled = []
+    monkeypatch.setattr(dtk, "compile_decode_topk", lambda *a, **kw: compiled.append(a))
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU, and torch sees none"):
+        dtk.precompile(8192)
+    assert compiled == []

@@ -29,11 +29,12 @@ def test_unknown_policy_mutant():
 
 def test_build_spellings():
     for build in BUILDS:
-        for spelling in (build, build.name, (build.cluster, build.vectors), tuple(build), list(build)):
+        for spelling in (build, build.name, (build.cluster, build.vectors), tuple(build), list(build),
+                         tuple(np.int64(x) for x in build)):
             assert Build.parse(spelling) == build
         assert str(build) == build.name == f"{build.cluster}x{build.threads}x{build.vectors}"
         assert build.capacity == build.cluster * build.threads * build.vectors * 8
-    for bad in ("8x1024x8", "8-512-8", "x", (8,), (8, 512, 8, 1), (True, 8), 8, None, 8.0):
+    for bad in ("8x1024x8", "8x16", "8x512", "8-512-8", "x", (8,), (8, 512, 8, 1), (True, 8), 8, None, 8.0):
         with pytest.raises(ValueError, match="build"):
             Build.parse(bad)
 
@@ -67,6 +68,7 @@ def test_launch_slices():
 
 def test_a_truthy_string_is_no_block_mode():
     """'false' is truthy: taken as block_mode it would silently switch the mode."""
+    from decode_topk.conformance.checker import check
     from decode_topk.reference import decode_topk_reference
     from decode_topk.reference.model import simulate
 
@@ -74,5 +76,7 @@ def test_a_truthy_string_is_no_block_mode():
     for run in (decode_topk_reference, simulate):
         with pytest.raises(ValueError, match="block_mode='false' must be a bool"):
             run(bits, lengths, 512, "false")
+    with pytest.raises(ValueError, match="block_mode='false' must be a bool"):
+        check(bits, lengths, 512, "false", decode_topk_reference(bits, lengths, 512))
     with pytest.raises(ValueError, match="block_mode='false' must be a bool"):
         policy.launch(None, None, None, 512, block_mode="false")  # refused before any tensor is read

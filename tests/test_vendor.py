@@ -40,8 +40,8 @@ def test_import_check_refuses_anything_else(planted):
 def test_marker_is_required():
     with pytest.raises(ValueError, match="marker"):
         vendor.bundle_source(kernel_text=KERNEL_TEXT.replace(vendor.MARKER, ""))
-    with pytest.raises(ValueError, match="from .policy import"):
-        vendor.bundle_source(kernel_text=KERNEL_TEXT.replace(vendor.MARKER, vendor.MARKER + "\n"))
+    with pytest.raises(ValueError, match="from .policy import"):  # code between marker and import
+        vendor.bundle_source(kernel_text=KERNEL_TEXT.replace(vendor.MARKER, vendor.MARKER + "X = 1\n"))
 
 
 def test_cli_writes_and_checks(tmp_path):
