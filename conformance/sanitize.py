@@ -51,6 +51,10 @@ def main(argv=None):
         [None] if args.builds == "policy" else [policy.Build.parse(b) for b in args.builds.split(",")])
     launches, violations, paths = 0, 0, Counter()
     t0 = time.perf_counter()
+    unknown = [name for name in args.cases if name not in catalogue]
+    if unknown:
+        print(f"error: no case named {', '.join(unknown)}; the catalogue has {', '.join(catalogue)}", file=sys.stderr)
+        return 2
     for name in args.cases:
         case = catalogue[name]
         bits, lengths = case.generate()
