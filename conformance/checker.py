@@ -45,6 +45,7 @@ from .contract import (
     MISSED_CLAMPED,
     MISSED_GE,
     MISSED_OFF,
+    STRICT_ANY_ORDER,
     NOT_MINUS_ONE_OFF,
     PAST_N,
     RANGE_AT_LIMIT,
@@ -80,8 +81,12 @@ def validate_out(out, rows, k):
         raise ValueError(f"out must have shape {(rows, k)}, got {out.shape}")
 
 
-def check(logits_bits, lengths, k, block_mode, out):
+def check(logits_bits, lengths, k, block_mode, out, strict=False):
     """All contract violations of `out` for these inputs (an empty list means it conforms).
+
+    strict: also require, of every row that meets the contract, the canonical answer slot
+    for slot (SPEC.md 1.4: ties by lowest index, ascending order), reason 'not-canonical'
+    with the first slot that differs; for implementations that claim it.
 
     Raises ValueError on invalid inputs (SPEC.md 1.5), including an `out` of the wrong
     dtype or shape.
@@ -100,10 +105,26 @@ def check(logits_bits, lengths, k, block_mode, out):
         keys = contract.element_keys(logits_bits[r], length, block_mode)
         base = {"row": r, "length": int(length), "k": k, "block_mode": bool(block_mode)}
         if _is_short(keys.size, k):
-            violations += _check_short_row(keys, k, block_mode, out[r], base)
+            found = _check_short_row(keys, k, block_mode, out[r], base)
         else:
-            violations += _check_long_row(keys, k, block_mode, out[r], limit, base)
+            found = _check_long_row(keys, k, block_mode, out[r], limit, base)
+        if strict and not found:
+            found = _check_canonical(keys, k, block_mode, out[r], base)
+        violations += found
     return violations
+
+
+def _check_canonical(keys, k, block_mode, row_out, base):
+    want = contract.canonical_answer(keys, k, block_mode)
+    if fault(STRICT_ANY_ORDER):
+        same = np.array_equal(np.sort(want), np.sort(row_out))
+    else:
+        same = np.array_equal(want, row_out)
+    if same:
+        return []
+    slot = int(np.flatnonzero(want != row_out)[0])
+    return [_violation(base, "not-canonical", f"slot {slot} holds {int(row_out[slot])}, the canonical answer "
+                       f"{int(want[slot])} (ties by lowest index, ascending order)", slot=slot)]
 
 
 def _is_short(n, k):

@@ -88,6 +88,8 @@ MISSED_GE = _mutant("checker_missed_ties_demanded", "missed-greater demands ever
 MISSED_OFF = _mutant("checker_missed_unchecked", "indices with a key above K may be absent")
 MISSED_BY_COUNT = _mutant("checker_missed_by_count",
                           "missed-greater counts slots above K (a duplicate above K hides a miss)")
+STRICT_ANY_ORDER = _mutant("checker_strict_any_order", "strict mode compares the sets, not the slots")
+STRICT_HIGH_TIES = _mutant("checker_strict_high_ties", "the canonical answer takes the highest-index ties")
 
 
 def fault(mutant_id):
@@ -254,3 +256,28 @@ def mode(block_mode):
     if isinstance(block_mode, (bool, np.bool_)):
         return bool(block_mode)
     raise ValueError(f"block_mode={block_mode!r} must be a bool")
+
+
+def canonical_answer(keys, k, block_mode):
+    """int32 [k], the canonical answer (SPEC.md 1.4, canonical): a short row's fixed answer;
+    else every index whose key is above K and the lowest indices whose key equals K, k in
+    all, in ascending index order, a -inf block written -1 where its index stands. Stated
+    by counting, not by a sort of the keys: walk the indices upwards and keep each one that
+    is above K, or equal to K while ties are still owed."""
+    keys = np.asarray(keys)
+    if keys.size <= k:
+        return short_row_answer(keys, k, block_mode)
+    kth = int(np.partition(keys.astype(np.int64), keys.size - k)[keys.size - k])
+    owed = k - int(np.count_nonzero(keys > kth))
+    order = range(keys.size - 1, -1, -1) if fault(STRICT_HIGH_TIES) else range(keys.size)
+    kept = []
+    for index in order:
+        key = int(keys[index])
+        if key > kth or (key == kth and owed > 0):
+            owed -= key == kth
+            kept.append(index)
+    kept.sort()
+    answer = np.array(kept, dtype=np.int32)
+    if block_mode:
+        answer[keys[answer] == KEY_NEG_INF] = -1
+    return answer

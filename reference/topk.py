@@ -79,25 +79,30 @@ def short_row_answer(keys, k, block_mode):
     return out
 
 
-def _row_topk(keys, k, block_mode):
+def _row_topk(keys, k, block_mode, canonical=False):
     if keys.size <= k:
         return short_row_answer(keys, k, block_mode)
     # Negating as int32 turns the ascending stable sort into a descending one that keeps
-    # equal keys in ascending index order.
+    # equal keys in ascending index order, so the first k are the canonical set (ties by
+    # lowest index); sorted, they are the canonical answer (SPEC.md 1.4).
     chosen = np.argsort(-keys.astype(np.int32), kind="stable")[:k].astype(np.int32)
+    if canonical:
+        chosen.sort()
     if block_mode:
         chosen[keys[chosen] == KEY_NEG_INF] = -1
     return chosen
 
 
-def decode_topk_reference(logits_bits, lengths, k, block_mode=False):
-    """int32 [rows, k]: each row's top-k element indices under the contract (SPEC.md 1.4)."""
+def decode_topk_reference(logits_bits, lengths, k, block_mode=False, canonical=False):
+    """int32 [rows, k]: each row's top-k element indices under the contract (SPEC.md 1.4):
+    ties by lowest index, sorted by descending key, then ascending index; canonical=True
+    returns the canonical answer instead (the same set in ascending index order)."""
     lengths = validate_inputs(logits_bits, lengths, k)
     block_mode = check_flag("block_mode", block_mode)  # a truthy string is no mode
     k = int(k)
     out = np.empty((logits_bits.shape[0], k), dtype=np.int32)
     for r, length in enumerate(lengths):
-        out[r] = _row_topk(element_keys(logits_bits[r], length, block_mode), k, block_mode)
+        out[r] = _row_topk(element_keys(logits_bits[r], length, block_mode), k, block_mode, bool(canonical))
     return out
 
 

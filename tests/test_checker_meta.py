@@ -430,3 +430,76 @@ def test_alternative_implementation_accepted(case):
         for block_mode in case.modes:
             out = alternative_topk(logits, lengths, k, block_mode, rng)
             assert check(logits, lengths, k, block_mode, out) == [], (case.name, k, block_mode)
+
+
+# ---------------------------------------------------------------------------------------
+# Strict mode: the canonical answer, slot for slot (SPEC.md 1.4)
+# ---------------------------------------------------------------------------------------
+def _tied_row(block_mode):
+    """One row of 4096 elements (tokens, or blocks of 8 logits): 100 above 1.0, the rest tied
+    at 1.0, so the k-th key is tied across thousands of indices."""
+    rng = np.random.default_rng(16)
+    per = 8 if block_mode else 1
+    row = np.full(4096 * per, 0x3F80, np.uint16)  # 1.0
+    row[rng.choice(4096, size=100, replace=False) * per] = 0x4000  # 2.0
+    return row[None, :], np.array([row.size], np.int32)
+
+
+@pytest.mark.parametrize("block_mode", [False, True])
+def test_strict_accepts_the_canonical_answer_only(block_mode):
+    logits, lengths = _tied_row(block_mode)
+    canonical = decode_topk_reference(logits, lengths, 512, block_mode, canonical=True)
+    keys = element_keys(logits[0], int(lengths[0]), block_mode)
+    assert keys.size > 512
+    assert check(logits, lengths, 512, block_mode, canonical, strict=True) == []
+    reordered = canonical[:, ::-1].copy()  # the right set in another order
+    kth = np.sort(keys)[keys.size - 512]
+    tied = np.flatnonzero(keys == kth)
+    other_tie = canonical.copy()  # the right count of ties, but not the lowest-index ones
+    chosen_ties = np.flatnonzero(np.isin(other_tie[0], tied))
+    other_tie[0, chosen_ties[-1]] = tied[-1]
+    other_tie.sort(axis=1)  # in ascending order, so only the tie choice is wrong
+    for planted in (reordered, other_tie):
+        assert check(logits, lengths, 512, block_mode, planted) == [], "the contract allows it"
+        assert _strict_reasons(logits, lengths, block_mode, planted) == {"not-canonical"}
+
+
+def _strict_reasons(logits, lengths, block_mode, out):
+    return {v.reason for v in check(logits, lengths, 512, block_mode, out, strict=True)}
+
+
+def test_strict_short_rows_and_neg_inf_blocks():
+    # A short row's fixed answer is canonical; a long block row whose k-th key is -inf
+    # writes its -inf blocks as -1 in their index's slot, in ascending order.
+    logits = np.full((1, 8 * 600), 0xFF80, np.uint16)  # 600 blocks of -inf ...
+    logits[0, :8 * 10] = 0x3F80  # ... but the first 10
+    lengths = np.array([8 * 600], np.int32)
+    canonical = decode_topk_reference(logits, lengths, 512, True, canonical=True)
+    assert check(logits, lengths, 512, True, canonical, strict=True) == []
+    assert canonical[0, :10].tolist() == list(range(10)) and (canonical[0, 10:-1] == -1).all()
+    assert canonical[0, -1] == 599  # the pinned newest block, last in ascending order
+    moved = np.r_[canonical[0, -1:], canonical[0, :-1]][None].astype(np.int32)
+    assert check(logits, lengths, 512, True, moved) == []
+    assert _strict_reasons(logits, lengths, True, moved) == {"not-canonical"}
+    short = decode_topk_reference(logits[:, :800], np.array([800], np.int32), 512, True, canonical=True)
+    assert check(logits[:, :800], np.array([800], np.int32), 512, True, short, strict=True) == []
+
+
+@pytest.mark.parametrize("block_mode", [False, True])
+def test_reference_canonical_is_the_strict_answer_on_tied_rows(block_mode):
+    """Rows of a few distinct values (every k-th key tied), lengths at and around k: the
+    reference's canonical answer passes strict mode, and its default (descending key)
+    order passes the contract but not strict mode wherever the two differ."""
+    rng = np.random.default_rng(61)
+    per = 8 if block_mode else 1
+    lengths = np.array([0, 1, 511 * per, 512 * per, 513 * per, 3000 * per, 4096 * per], np.int32)
+    logits = rng.choice(np.array([0x3F80, 0x4000, 0xBF80, 0xFF80, 0x0000, 0x8000], np.uint16),
+                        size=(lengths.size, 4096 * per))
+    canonical = decode_topk_reference(logits, lengths, 512, block_mode, canonical=True)
+    default = decode_topk_reference(logits, lengths, 512, block_mode)
+    assert check(logits, lengths, 512, block_mode, canonical, strict=True) == []
+    assert check(logits, lengths, 512, block_mode, default) == []
+    differ = {r for r in range(lengths.size) if not np.array_equal(canonical[r], default[r])}
+    assert differ, "the tied rows must tell the two orders apart"
+    strict_rows = {v.row for v in check(logits, lengths, 512, block_mode, default, strict=True)}
+    assert strict_rows == differ
