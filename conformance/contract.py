@@ -262,22 +262,17 @@ def canonical_answer(keys, k, block_mode):
     """int32 [k], the canonical answer (SPEC.md 1.4, canonical): a short row's fixed answer;
     else every index whose key is above K and the lowest indices whose key equals K, k in
     all, in ascending index order, a -inf block written -1 where its index stands. Stated
-    by counting, not by a sort of the keys: walk the indices upwards and keep each one that
-    is above K, or equal to K while ties are still owed."""
+    by counting, not by a sort of the keys: the indices above K, and of the indices equal
+    to K (ascending) the first k - |above| ones."""
     keys = np.asarray(keys)
     if keys.size <= k:
         return short_row_answer(keys, k, block_mode)
     kth = int(np.partition(keys.astype(np.int64), keys.size - k)[keys.size - k])
-    owed = k - int(np.count_nonzero(keys > kth))
-    order = range(keys.size - 1, -1, -1) if fault(STRICT_HIGH_TIES) else range(keys.size)
-    kept = []
-    for index in order:
-        key = int(keys[index])
-        if key > kth or (key == kth and owed > 0):
-            owed -= key == kth
-            kept.append(index)
-    kept.sort()
-    answer = np.array(kept, dtype=np.int32)
+    above = np.flatnonzero(keys > kth)
+    tied = np.flatnonzero(keys == kth)
+    owed = k - above.size
+    ties = tied[tied.size - owed:] if fault(STRICT_HIGH_TIES) else tied[:owed]
+    answer = np.sort(np.concatenate([above, ties])).astype(np.int32)
     if block_mode:
         answer[keys[answer] == KEY_NEG_INF] = -1
     return answer

@@ -29,7 +29,7 @@ import numpy as np
 
 from decode_topk.kernel.policy import BUILDS, LOGITS_PER_VECTOR, Build
 
-from .trace import PATH_NAMES, REASON_NAMES
+from .trace import PATH_NAMES, REASON_NAMES, chunks
 
 NO_SLOT = -1  # the slot "reached" by a row that stages no vector (length 0)
 MODE_NAMES = {False: "token", True: "block"}
@@ -50,13 +50,6 @@ def build_label(build):
 def vector_count(lengths):
     """Valid vectors of rows of these lengths, both modes: ceil(length / 8)."""
     return (np.asarray(lengths, dtype=np.int64) + LOGITS_PER_VECTOR - 1) // LOGITS_PER_VECTOR
-
-
-def chunks(nv, cluster):
-    """(start, end) int64 [C] of the chunks of a row of nv vectors: CTA c owns the global
-    vectors [c nv // C, (c + 1) nv // C) (SPEC.md 2.2)."""
-    c = np.arange(cluster, dtype=np.int64)
-    return (c * nv) // cluster, ((c + 1) * nv) // cluster
 
 
 def slots_reached(build, lengths):

@@ -78,10 +78,11 @@ class GpuImpl:
     variant on `build` or the policy's; `last_build` is the Build of the latest call."""
 
     def __init__(self, launcher, name):
-        import torch
+        from decode_topk.kernel.aot_loader import no_cuda_device_reason  # torch only, no DSL
 
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"the {name!r} implementation needs a CUDA GPU, and torch sees none")
+        reason = no_cuda_device_reason()
+        if reason is not None:
+            raise RuntimeError(f"the {name!r} implementation needs a CUDA GPU: {reason}")
         self.launcher = launcher
         self.name = name
         self.last_build = None

@@ -41,8 +41,9 @@ from decode_topk.kernel.policy import BUILDS, Build
 from decode_topk.reference.model import MUTANTS, simulate
 
 from . import contract
-from .cases import LEVELS, cases
+from .cases import LEVELS
 from .checker import check
+from .suite import case_runs, select_cases
 from .trace import trace_invariants
 
 TARGETS = ("model", "checker", "policy")
@@ -106,19 +107,14 @@ class Campaign:
 
     def __init__(self, level="ci", builds=None, case_filter=None):
         self.builds = [Build.parse(b) for b in builds] if builds else list(BUILDS)
-        selected = [c for c in cases(level) if case_filter is None or case_filter in c.name]
-        if not selected:
-            raise ValueError(f"no case of level {level!r} matches {case_filter!r}")
         # Cheap cases first: most mutants die on the first few runs.
         self.runs = []
-        for case in selected:
+        for case in select_cases(level, case_filter):  # the suite's selection and its errors
             logits, lengths = case.generate()
             for build in self.builds:
                 if logits.shape[1] > build.capacity:
                     continue
-                for k in case.ks:
-                    for mode in case.modes:
-                        self.runs.append((case.name, logits, lengths, k, mode, build))
+                self.runs += [(case.name, logits, lengths, k, mode, build) for k, mode in case_runs(case)]
         self.runs.sort(key=lambda run: run[1].size)
         self._base = {}
 

@@ -181,10 +181,10 @@ def _load_reference():
 
 def _load_aot():
     # The GPU kernel through the ahead-of-time library (conformance/gpu_impl.py over
-    # kernel/aot_loader.py; imports torch,
-    # never cutlass): impl(logits_bits, lengths, k, block_mode, build=None) -> (out, trace),
-    # out and trace poisoned before every launch, the traced variant, on `build` or the
-    # policy's build; the build it ran is left in impl.last_build.
+    # kernel/aot_loader.py; imports torch, never cutlass): impl(logits_bits, lengths, k,
+    # block_mode, build=None) -> (out, trace), out and trace poisoned before every launch,
+    # the traced variant, on `build` or the policy's build; the build it ran is left in
+    # impl.last_build.
     from .gpu_impl import aot_impl
 
     return aot_impl()

@@ -38,8 +38,17 @@ def kth_and_above(keys, k):
     return kth, int(np.count_nonzero(keys > kth))
 
 
+def chunks(nv, cluster):
+    """(start, end) int64 [C] of the chunks of a row of nv vectors (nv may be an array,
+    e.g. [rows, 1], for every row at once): CTA c owns the global vectors
+    [c nv // C, (c + 1) nv // C) (SPEC.md 2.2)."""
+    c = np.arange(cluster, dtype=np.int64)
+    return (c * nv) // cluster, ((c + 1) * nv) // cluster
+
+
 def _chunks(nv, cluster):
-    return [((c * nv) // cluster, ((c + 1) * nv) // cluster) for c in range(cluster)]
+    """The (start, end) int pairs of chunks(nv, cluster), CTA by CTA."""
+    return [(int(start), int(end)) for start, end in zip(*chunks(nv, cluster))]
 
 
 def sample_positions(length, cluster):
