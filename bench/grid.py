@@ -1,25 +1,47 @@
-"""The benchmark grid on the GPU: DecodeTopK beside torch.topk and the speed-of-light kernel.
+"""The benchmark grid on the GPU: DecodeTopK beside the peers, torch.topk and the speed-of-light kernel.
 
     python bench/grid.py run [--out DIR] [--rows 1 8 32 64 128] [--lengths 8192 ... 1048576]
         [--ks 512 2048] [--data rho0.9 rho0.999 gaussian] [--ragged] [--next-n N]
-        [--targets] [--budget SECONDS]
+        [--targets] [--budget SECONDS] [--peers .peers [--peer-names NAME ...]
+        [--peer-timeout SECONDS]] [--no-l2]
     python bench/grid.py report GRID.json [EXTRA.json ...] [--targets TARGETS.json]
         [--png bench/results/grid.png] [--results bench/RESULTS.md] [--data rho0.9]
         [--peer-time topk_us us e2e_us]
 
 `run` (on the H200, no DSL needed: the AOT libraries kernel/aot and .aot_sol are carried) times
 every point of rows x valid length x k in token mode, plus block mode (top-2048 blocks)
-at 1,048,576, for each data kind, and writes DIR/grid.json and DIR/grid.md. `report` (any
-machine; it needs matplotlib) turns the JSON into the PNG and writes bench/RESULTS.md
-whole (how to read it, targets, summary, every table), so no table there is kept by hand;
-EXTRA files (the --ragged and --next-n runs) add their tables. The PNG has a column of
-panels a k and a panel a row count: time against valid length on log axes, DecodeTopK,
-the fastest valid peer (marked by which) and the floor on one data kind (--data), DecodeTopK
-on the others as thin lines, block mode as stars, issue 6's targets and quoted peer times.
-Peers: torch.topk (valid where every row is at the full width in token mode) and any
-named peers a point carries (`peers`: {name: record}, e.g. from `run --peers`), each timed
-by the first of --peer-time's keys its record has and excluded when its `valid` flag is
-false, unsupported or failed; RESULTS.md gives each named peer a column.
+at 1,048,576, for each data kind, and writes DIR/grid.json (rewritten after every point, so
+a stopped run keeps what it did) and DIR/grid.md. `report` (any machine; it needs
+matplotlib) turns the JSON into the PNG and writes bench/RESULTS.md whole (how to read it,
+targets, summary, every table), so no table there is kept by hand; EXTRA files (the
+--ragged and --next-n runs) add their tables. The PNG has a column of panels a k and a
+panel a row count: time against valid length on log axes, DecodeTopK (evicted, and
+L2-resident dash-dotted), each peer as a line where its output was valid (x where it was
+not; without named peers: the fastest valid peer, marked by which) and the floor on one
+data kind (--data), DecodeTopK on the others as thin lines, block mode as stars, issue 15's
+targets and quoted peer times.
+
+Peers (`run --peers PATH`): PATH is a folder with peers.py (the prebuilt H200 builds of
+SGLang v2, vLLM cooperative / persistent / auto and FlashInfer top_k, ../shared/peers/; on
+the GPU runner copied into the repository as `.peers` and carried). Every peer peers.py
+offers (or those of --peer-names) runs at every token-mode point in the same process, on
+the same logits and lengths tensors as DecodeTopK and with this script's Timer. Its eager
+output is checked by the same GPU contract checker as DecodeTopK's, and again after the
+timed replays (output poisoned first); an invalid peer is still timed, with `valid` false
+and why (`violations`, `first_rows`, peers.py's `violation` text). A peer's record
+(`peers`: {name: record} in each point): `topk_us` (its kernels on input already in its
+dtype: FP32 for vLLM and SGLang, BF16 for FlashInfer), `e2e_us` (BF16 in, the upcast
+included), `l2_us` / `l2_e2e_us` (the same, L2-resident), `plan_us` (SGLang's plan, once a
+batch upstream), `path` / `graph_path` (the kernel path of the eager / captured call),
+`valid`; or `unsupported` (a shape, k or row lengths it does not take; block mode), `error`
+(an exception, not loaded, a timeout) or `skipped` (the budget). A peer that raises is
+recorded and the run goes on; one that takes more than --peer-timeout at a point keeps that
+point's numbers and is not run again; one that hangs the GPU for twice that ends the run
+with everything so far written. `report` takes the first of --peer-time's keys a record
+has as the peer's time and excludes it where its `valid` flag is false, unsupported or
+failed; torch.topk counts as a peer where its answer is the contract's (token mode, every
+row at the full width). RESULTS.md gives each named peer a column, the fastest valid peer
+of each point and DecodeTopK / it, evicted and L2-resident, and a summary.
 
 Data (made on the GPU): indexer-like logits sum_h w_h relu(q_h . k_s) / sqrt(64), 32 heads,
 keys sqrt(rho) kbar + sqrt(1 - rho) eps (conformance.cases.indexer_logits, in torch) at
@@ -35,23 +57,33 @@ reported and not timed.
 
 Timing: each call replayed from a CUDA graph (so host overhead is not measured), CUDA
 events around it, and before every timed call a 256 MiB write evicts L2 (60 MB), so no
-input is served from L2; median of --reps after --warmup calls. Times in microseconds:
+input is served from L2; median of --reps after --warmup calls. The L2-resident times
+(`*_l2_us`, peers' `l2_us`; --no-l2 skips them) replay the same graph with no eviction, so
+the logits are in L2 as far as they fit, as they are after the MQA logits kernel has just
+written them. Times in microseconds:
 - dtk: DecodeTopK (the policy's build; rows beyond the 16-CTA build's two waves run as
-  several launches of at most that many rows, noted in `launches`);
+  several launches of at most that many rows, noted in `launches`); dtk_l2 L2-resident;
 - floor: bench/speed_of_light.py on the same build (load the row, write k indices);
 - torch: torch.topk(logits, k) over the full width (block mode: amax over 8-blocks, then
   topk), which ignores per-row lengths.
+
+--budget bounds the whole run: no point starts that the previous point's duration says
+would end past it, no peer starts past it (recorded as skipped), and a run still going
+30 s past it writes what it has and exits (status 3).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
+import importlib.util
 import json
 import math
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -64,13 +96,17 @@ LENGTHS = (8192, 32768, 131072, 262144, 524288, 1048576)
 KS = (512, 2048)
 DATA = ("rho0.9", "rho0.999", "gaussian")
 FLUSH_BYTES = 256 << 20
-# Issue 6's targets: (rows, length, k) -> microseconds at rho 0.9, and the peer's and
-# torch.topk's times measured on this H200 with the same data (issue 6).
-TARGETS = {(1, 131072, 2048): (7, 15.6, 48.7), (8, 131072, 2048): (9, 19.4, 58.8),
-           (64, 131072, 2048): (20, 46.4, 124.8), (32, 32768, 2048): (8, 35.4, 58.3),
-           (64, 8192, 512): (6, 42.9, 63.6), (1, 1048576, 512): (20, 62.8, 79.2),
-           (8, 524288, 512): (15, 31.6, 84.0), (64, 262144, 512): (35, 115.3, 176.0),
-           (128, 65536, 512): (15, 29.0, 124.9)}
+# The keys every timed point has (dtk_l2_us and peers are optional: --no-l2, --peers).
+TIMED_KEYS = ("dtk_us", "floor_us", "torch_us", "vs_floor", "vs_torch", "dtk_tb_s", "floor_tb_s")
+# Issue 15's targets: (rows, length, k) -> (target microseconds at rho 0.9: 0.6x of the
+# fastest valid peer, that peer's time as issue 15 quotes it, None) (the third field,
+# torch.topk's time as issue 6 quoted it, is no longer kept: the grid times torch itself).
+TARGETS = {(1, 131072, 2048): (7.5, 12.5, None), (8, 131072, 2048): (11.6, 19.4, None),
+           (64, 131072, 2048): (25.6, 42.6, None), (32, 32768, 2048): (11.0, 18.3, None),
+           (64, 8192, 512): (6.1, 10.2, None), (1, 1048576, 512): (12.6, 21.0, None),
+           (8, 524288, 512): (14.3, 23.9, None), (64, 262144, 512): (47.3, 78.8, None),
+           (128, 65536, 512): (17.2, 28.7, None), (128, 8192, 2048): (7.0, 11.7, None),
+           (1, 8192, 512): (5.8, 9.7, None), (32, 1048576, 2048): (101.4, 169.0, None)}
 
 
 # ---------------------------------------------------------------------------------------
@@ -94,7 +130,8 @@ def make_logits(torch, kind, rows, width, seed, heads=32, dim=64):
 
 
 class Timer:
-    """Median microseconds of a CUDA graph replay, L2 evicted before each."""
+    """Median microseconds of a CUDA graph replay, L2 evicted before each (evict=False:
+    replayed back to back, so the input is L2-resident as far as it fits)."""
 
     def __init__(self, torch, warmup, reps):
         self.torch, self.warmup, self.reps = torch, warmup, reps
@@ -112,7 +149,7 @@ class Timer:
             fn()
         return graph
 
-    def us(self, fn):
+    def us(self, fn, evict=True):
         torch = self.torch
         graph = self.graph(fn)
         for _ in range(self.warmup):
@@ -120,7 +157,8 @@ class Timer:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(self.reps)]
         for start, end in events:
-            self.flush.zero_()
+            if evict:
+                self.flush.zero_()
             start.record()
             graph.replay()
             end.record()
@@ -129,11 +167,14 @@ class Timer:
 
 
 def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
-    """One grid point: check, then time dtk, floor and torch."""
+    """One grid point: check, then time dtk, floor and torch (evicted, then L2-resident),
+    then the peers (run_peers)."""
     torch, aot, gpu_check, policy, sol = ctx["torch"], ctx["aot"], ctx["check"], ctx["policy"], ctx["sol"]
+    timer = ctx["timer"]
     width = length if not ragged else min(policy.MAX_WIDTH, -(-int(length * 1.3) // 8) * 8)
     rec = {"data": kind, "rows": rows, "length": length, "width": width, "k": k,
            "mode": "block" if block_mode else "token", "ragged": ragged, "next_n": next_n}
+    ctx["live"]["rec"] = rec
     logits = ctx["logits"](kind, rows, width, seed)
     g = torch.Generator(device="cuda")
     g.manual_seed(seed + 1)
@@ -157,24 +198,274 @@ def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
 
     dtk()
     torch.cuda.synchronize()
-    counts, first = gpu_check.check(logits, lengths, k, block_mode, out)
+    stats = gpu_check.row_stats(logits, lengths, (k,), block_mode)  # the peers' checks reuse it
+    counts, first = gpu_check.check(logits, lengths, k, block_mode, out, stats=stats)
     rec["violations"] = int(sum(counts.values()))
     if rec["violations"]:
         rec["first_rows"] = first
         return rec
-    rec["dtk_us"] = ctx["timer"].us(dtk)
+    rec["dtk_us"] = timer.us(dtk)
     floor_out = torch.empty_like(out)
-    rec["floor_us"] = ctx["timer"].us(lambda: sol(logits, lengths, floor_out, k, build))
+
+    def floor():
+        sol(logits, lengths, floor_out, k, build)
+
     if block_mode:
-        rec["torch_us"] = ctx["timer"].us(lambda: torch.topk(logits.view(rows, width // 8, 8).amax(dim=2), k, dim=1))
+        def torch_topk():
+            torch.topk(logits.view(rows, width // 8, 8).amax(dim=2), k, dim=1)
     else:
-        rec["torch_us"] = ctx["timer"].us(lambda: torch.topk(logits, k, dim=1))
+        def torch_topk():
+            torch.topk(logits, k, dim=1)
+    rec["floor_us"] = timer.us(floor)
+    rec["torch_us"] = timer.us(torch_topk)
     rec["vs_floor"] = round(rec["dtk_us"] / rec["floor_us"], 2)
     rec["vs_torch"] = round(rec["dtk_us"] / rec["torch_us"], 3)
     read_bytes = int(lengths.to(torch.int64).sum()) * 2
     rec["dtk_tb_s"] = round(read_bytes / rec["dtk_us"] / 1e6, 3)
     rec["floor_tb_s"] = round(read_bytes / rec["floor_us"] / 1e6, 3)
+    if ctx["l2"]:
+        rec["dtk_l2_us"] = timer.us(dtk, evict=False)
+        rec["floor_l2_us"] = timer.us(floor, evict=False)
+        rec["torch_l2_us"] = timer.us(torch_topk, evict=False)
+    if ctx["peer_names"]:
+        run_peers(ctx, rec, logits, lengths, k, block_mode, stats)
     return rec
+
+
+# ---------------------------------------------------------------------------------------
+# peers (run --peers PATH: ../shared/peers/peers.py, on the GPU runner .peers/)
+# ---------------------------------------------------------------------------------------
+class PeersError(ValueError):
+    """A --peers / --peer-names argument that cannot work (a one-line message)."""
+
+
+def _one_line(e, limit=400):
+    text = " ".join(f"{type(e).__name__}: {e}".split()) if isinstance(e, BaseException) else " ".join(str(e).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def peers_module(path):
+    """The module peers.py of the folder `path`, imported as it is (it imports torch only when
+    a peer loads, so this needs no GPU). PeersError if there is none or it does not import."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise PeersError(f"--peers {path}: no such folder (copy ../shared/peers/. into .peers and carry it)")
+    source = folder / "peers.py"
+    if not source.is_file():
+        raise PeersError(f"--peers {path}: no peers.py in that folder")
+    spec = importlib.util.spec_from_file_location("dtk_grid_peers", source)
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:  # noqa: BLE001
+        raise PeersError(f"--peers {path}: peers.py does not import ({_one_line(e)})") from None
+    missing = [a for a in ("PEERS", "load", "check", "violation_text") if not hasattr(mod, a)]
+    if missing:
+        raise PeersError(f"--peers {path}: peers.py has no {', '.join(missing)}")
+    return mod
+
+
+def peer_selection(mod, names=None):
+    """The peers to run: `names` (each one peers.py offers), else every peer it offers."""
+    if not names:
+        return list(getattr(mod, "DEFAULT_PEERS", None) or mod.PEERS)
+    unknown = [n for n in names if n not in mod.PEERS]
+    if unknown:
+        raise PeersError(f"--peer-names: unknown {', '.join(unknown)}; peers.py offers {', '.join(mod.PEERS)}")
+    return list(dict.fromkeys(names))
+
+
+def load_peers(mod, names):
+    """({name: callable peer}, {name: why it did not load}, {name: what loaded and what it is})."""
+    fns, errors, info = {}, {}, {}
+    for name in names:
+        meta = {key: mod.PEERS[name][key] for key in ("project", "api", "input", "source", "license", "limits")
+                if key in mod.PEERS[name]}
+        try:
+            fns[name] = mod.load([name])[name]
+            meta["loaded"] = fns[name].loaded()
+        except Exception as e:  # noqa: BLE001 - PeerUnavailable or anything else: recorded
+            errors[name] = f"not loaded: {_one_line(e)}"
+            meta["load_error"] = errors[name]
+        info[name] = meta
+    return fns, errors, info
+
+
+def _lengths_ignored(mod, name):
+    """A peer that reads every row at its full width (flashinfer_topk: FlashInfer's top_k)."""
+    return "lengths ignored" in str(mod.PEERS.get(name, {}).get("limits", ""))
+
+
+def _where(rec):
+    return f"{rec['data']} {rec['rows']}x{rec.get('width', rec['length'])} k{rec['k']}"
+
+
+def _sticky(torch):
+    """None, or the error a synchronize raises (a sticky CUDA error: this process is done)."""
+    try:
+        torch.cuda.synchronize()
+        return None
+    except Exception as e:  # noqa: BLE001
+        return _one_line(e)
+
+
+def _checksum(torch, logits):
+    return int(torch.sum(logits.view(torch.int16), dtype=torch.int64))
+
+
+def time_peer(ctx, fn, full_width_only, logits, lengths, k, stats):
+    """One peer at one token-mode point, as peers.py's bench does it but on the grid's tensors,
+    timer and contract checker: the eager call checked; topk_us (FP32 peers: the kernels on a
+    pre-upcast FP32 copy) and e2e_us (BF16 in), each followed by a check of what the last
+    replay left (output poisoned first); l2_us / l2_e2e_us; plan_us (SGLang, where it plans)."""
+    torch, gpu_check, timer, mod = ctx["torch"], ctx["check"], ctx["timer"], ctx["peers"]
+    rows, width = logits.shape
+    why = fn.supports(rows, width, k)
+    if why:
+        return {"unsupported": why}
+    if full_width_only and bool((lengths != width).any()):
+        return {"unsupported": "reads every row at its full width (lengths ignored); rows here are shorter"}
+    rec = {"valid": None, "input": fn.input_dtype}
+    checks = {}
+    kw = fn.prepare(lengths)
+    torch.cuda.synchronize()
+    out = torch.full((rows, k), POISON, dtype=torch.int32, device=logits.device)
+
+    def verify(stage):
+        counts, first = gpu_check.check(logits, lengths, k, False, out, stats=stats)
+        bad = {reason: n for reason, n in counts.items() if n}
+        checks[stage] = int(sum(bad.values()))
+        if bad and "violations" not in rec:
+            rec.update(violations=bad, first_rows=first, first_bad=stage)
+            try:
+                rec["violation"] = mod.violation_text(mod.check(torch, logits, lengths, k, out))
+            except Exception as e:  # noqa: BLE001
+                rec["violation"] = f"(peers.check failed: {_one_line(e)})"
+
+    fn(logits, lengths, k, out, **kw)
+    torch.cuda.synchronize()
+    rec["path"] = fn.last_path
+    verify("eager")
+    x = fn.to_input(logits).clone() if fn.input_dtype == "float32" else None  # apart from the peer's buffer
+
+    def topk():
+        fn.topk(x, lengths, k, out, **kw)
+
+    def e2e():
+        fn(logits, lengths, k, out, **kw)
+
+    if x is not None:
+        out.fill_(POISON)
+        rec["topk_us"] = timer.us(topk)
+        verify("after topk replays")
+    out.fill_(POISON)
+    rec["e2e_us"] = timer.us(e2e)
+    graph_path = fn.last_path  # the dispatch of the captured call
+    verify("after e2e replays")
+    if x is None:
+        rec["topk_us"] = rec["e2e_us"]  # BF16 read natively: nothing to leave out
+    if graph_path != rec["path"]:
+        rec["graph_path"] = graph_path
+    if ctx["l2"]:
+        if x is not None:
+            rec["l2_us"] = timer.us(topk, evict=False)
+        rec["l2_e2e_us"] = timer.us(e2e, evict=False)
+        if x is None:
+            rec["l2_us"] = rec["l2_e2e_us"]
+    plan_needed = getattr(fn, "plan_needed", None)
+    if callable(plan_needed) and plan_needed(rows):
+        md = torch.zeros(rows + 1, 2, dtype=torch.int32, device=logits.device)
+        rec["plan_us"] = timer.us(lambda: fn.plan(lengths, md))  # once a batch upstream, in neither time
+    rec["checks"] = checks
+    rec["valid"] = not any(checks.values())
+    return rec
+
+
+def run_peers(ctx, rec, logits, lengths, k, block_mode, stats):
+    """rec["peers"] = {name: record} for every selected peer; failures are recorded, and a
+    sticky CUDA error sets ctx["stop"]."""
+    torch, live = ctx["torch"], ctx["live"]
+    done = rec["peers"] = {}
+    names = ctx["peer_names"]
+    before = _checksum(torch, logits)
+    for i, name in enumerate(names):
+        if name in ctx["peer_off"]:
+            done[name] = {"error": ctx["peer_off"][name]}
+            continue
+        if block_mode:
+            done[name] = {"unsupported": "block mode (the top-k of 8-logit blocks) is DecodeTopK's own"}
+            continue
+        if time.perf_counter() + ctx["peer_last_s"].get(name, 0.0) > ctx["deadline"]:
+            done[name] = {"skipped": "budget spent"}
+            continue
+        t = time.perf_counter()
+        live.update(peer=name, since=t)
+        try:
+            prec = time_peer(ctx, ctx["peer_fns"][name], name in ctx["full_width_only"], logits, lengths, k, stats)
+        except Exception as e:  # noqa: BLE001 - any failure of a peer is its record
+            prec = {"error": _one_line(e)}
+            sticky = _sticky(torch)
+            if sticky:
+                prec["fatal"] = sticky
+                ctx["stop"] = f"sticky CUDA error after {name} at {_where(rec)}: {sticky}"
+        finally:
+            live["peer"] = None
+        elapsed = time.perf_counter() - t
+        ctx["peer_last_s"][name] = elapsed
+        prec["elapsed_s"] = round(elapsed, 2)
+        if elapsed > ctx["peer_timeout"]:
+            prec["timeout"] = f"took {elapsed:.0f} s, over --peer-timeout {ctx['peer_timeout']:g} s"
+            ctx["peer_off"][name] = f"not run: timed out at {_where(rec)}"
+        done[name] = prec
+        if ctx.get("stop"):
+            for rest in names[i + 1:]:
+                done[rest] = {"error": f"not run: {ctx['stop']}"}
+            return
+        if _checksum(torch, logits) != before:  # the next peer and point must see the grid's data
+            prec["error"] = "wrote into the logits"
+            rec["logits_changed_by"] = name
+            ctx["forget_logits"]()
+            for rest in names[i + 1:]:
+                done[rest] = {"error": f"not run: {name} wrote into the logits"}
+            return
+
+
+def _compact(rec):
+    """A point's record with each peer as its time or status (the per-point progress line)."""
+    out = {key: v for key, v in rec.items() if key != "peers"}
+    if "peers" in rec:
+        out["peers"] = {n: (r.get("topk_us") if r.get("valid") else
+                            r.get("unsupported") and "n/a" or r.get("skipped") and "skipped" or
+                            r.get("error") or f"INVALID {r.get('topk_us')} us: {r.get('violation', '')}"[:160])
+                        for n, r in rec["peers"].items()}
+    return out
+
+
+def start_watchdog(live, save, hang_s, hard_deadline):
+    """A thread that, when a peer has held the GPU for hang_s or the run is past hard_deadline,
+    writes what the run has (save(why)) and ends the process (status 3): a hung kernel cannot
+    be taken back inside this process."""
+    def watch():
+        while not live.get("done"):
+            time.sleep(1.0)
+            now = time.perf_counter()
+            peer = live.get("peer")
+            why = None
+            if peer and now - live.get("since", now) > hang_s:
+                why = (f"{peer} still running after {now - live['since']:.0f} s at {_where(live['rec'])}: "
+                       "the run ends here")
+            elif now > hard_deadline:
+                why = "still running 30 s past --budget: the run ends here"
+            if why:
+                print(f"grid.py run: {why}", file=sys.stderr, flush=True)
+                try:
+                    save(why)
+                finally:
+                    os._exit(3)
+
+    thread = threading.Thread(target=watch, name="grid-watchdog", daemon=True)
+    thread.start()
+    return thread
 
 
 def sol_launcher(aot, torch):
@@ -196,6 +487,18 @@ def sol_launcher(aot, torch):
 
 
 def run(args):
+    t0 = time.perf_counter()
+    peers_mod, peer_names = None, []
+    try:  # the peers' arguments first, before torch or the GPU: a bad one is one line
+        if args.peers:
+            peers_mod = peers_module(args.peers)
+            peer_names = peer_selection(peers_mod, args.peer_names)
+        elif args.peer_names:
+            raise PeersError("--peer-names needs --peers PATH (the peers folder, e.g. .peers)")
+    except PeersError as e:
+        print(f"grid.py run: {e}", file=sys.stderr)
+        return 2
+
     import torch
 
     from decode_topk.conformance import gpu_check
@@ -215,13 +518,30 @@ def run(args):
             cache[key] = make_logits(torch, kind, max(args.rows), width, seed)
         return cache[key][:rows]
 
+    live = {"rec": None, "peer": None}
     ctx = {"torch": torch, "aot": aot_loader, "check": gpu_check, "policy": policy, "logits": logits,
-           "sol": sol_launcher(aot_loader, torch), "timer": Timer(torch, args.warmup, args.reps)}
+           "forget_logits": cache.clear, "sol": sol_launcher(aot_loader, torch),
+           "timer": Timer(torch, args.warmup, args.reps), "l2": not args.no_l2, "live": live,
+           "peers": peers_mod, "peer_names": peer_names, "peer_fns": {}, "peer_off": {}, "peer_last_s": {},
+           "full_width_only": {n for n in peer_names if _lengths_ignored(peers_mod, n)},
+           "peer_timeout": args.peer_timeout, "deadline": t0 + args.budget}
     info = aot_loader.library_info()
+    timing = f"CUDA graph replay, L2 evicted, median of {args.reps} after {args.warmup}"
+    if ctx["l2"]:
+        timing += "; L2-resident (dtk_l2_us, floor_l2_us, torch_l2_us, peers' l2_us): the same without eviction"
     results = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
                "torch": torch.__version__, "kernel_source_sha256": info["kernel_source_sha256"],
-               "timing": f"CUDA graph replay, L2 evicted, median of {args.reps} after {args.warmup}",
-               "points": []}
+               "timing": timing, "points": []}
+    if peer_names:
+        ctx["peer_fns"], ctx["peer_off"], loaded = load_peers(peers_mod, peer_names)
+        results["peer_libraries"] = {
+            "path": str(args.peers),
+            "peers_py_sha256": hashlib.sha256(Path(peers_mod.__file__).read_bytes()).hexdigest(),
+            "names": peer_names, "peers": loaded,
+            "times": "topk_us: the peer's kernels on input in its dtype (FP32 peers: pre-upcast); e2e_us: BF16 in, "
+                     "upcast included; l2_us, l2_e2e_us: the same, L2-resident; plan_us: SGLang's plan, once a batch"}
+        for name, meta in loaded.items():
+            print(f"peer {name}: {meta.get('loaded') or meta.get('load_error')}", flush=True)
     plan = []
     if args.targets:
         plan += [(kind, r, n, k, False) for (r, n, k) in TARGETS for kind in args.data]
@@ -232,10 +552,36 @@ def run(args):
                     plan += [(kind, r, n, k, False) for k in args.ks]
                     if n == policy.MAX_WIDTH and not args.ragged:
                         plan.append((kind, r, n, 2048, True))
-    t0 = time.perf_counter()
+    path = out_dir / f"grid{args.tag}.json"
+
+    def save(stopped=None):
+        for _ in range(3):  # the watchdog's call can race the main thread's updates
+            try:
+                res = dict(results, points=list(results["points"]))
+                current = live.get("rec")
+                if stopped:
+                    res["stopped"] = stopped
+                    if current is not None and not any(p is current for p in res["points"]):
+                        current = json.loads(json.dumps(current))
+                        if live.get("peer"):
+                            current.setdefault("peers", {})[live["peer"]] = {"error": f"timeout: {stopped}"}
+                        if "error" not in current and not current.get("violations") and \
+                                not all(key in current for key in TIMED_KEYS):
+                            current["error"] = f"stopped: {stopped}"
+                        res["points"].append(current)
+                path.write_text(json.dumps(res, indent=1))
+                (out_dir / f"grid{args.tag}.md").write_text(table(res))
+                return
+            except RuntimeError:
+                time.sleep(0.1)
+
+    start_watchdog(live, save, 2 * args.peer_timeout, t0 + args.budget + 30)
+    last = 0.0
     for i, (kind, rows, length, k, block_mode) in enumerate(plan):
-        if time.perf_counter() - t0 > args.budget:
-            results["stopped"] = f"budget {args.budget} s reached after {i} of {len(plan)} points"
+        started = time.perf_counter()
+        if started - t0 + last > args.budget:
+            results["stopped"] = (f"budget {args.budget:g} s: stopped after {i} of {len(plan)} points "
+                                  f"(the next would end past it)")
             break
         if rows % args.next_n:
             continue
@@ -243,13 +589,23 @@ def run(args):
             rec = point(ctx, kind, rows, length, k, block_mode, args.ragged, args.next_n, args.seed + length)
         except Exception as e:  # noqa: BLE001
             rec = {"data": kind, "rows": rows, "length": length, "k": k, "block": block_mode,
-                   "error": f"{type(e).__name__}: {e}"}
+                   "mode": "block" if block_mode else "token", "error": _one_line(e, 2000)}
+            sticky = _sticky(torch)
+            if sticky:
+                ctx["stop"] = f"sticky CUDA error at {_where(rec)}: {sticky}"
+        last = time.perf_counter() - started
         results["points"].append(rec)
-        print(json.dumps(rec), flush=True)
-    path = out_dir / f"grid{args.tag}.json"
-    path.write_text(json.dumps(results, indent=1))
-    (out_dir / f"grid{args.tag}.md").write_text(table(results))
+        live["rec"] = None
+        save()
+        print(json.dumps(_compact(rec)), flush=True)
+        if ctx.get("stop"):
+            results["stopped"] = ctx["stop"]
+            break
+    live["done"] = True
+    save()
     print(short_table(results))
+    if results.get("stopped"):
+        print(f"stopped: {results['stopped']}")
     bad = [p for p in results["points"] if p.get("violations") or "error" in p]
     return 1 if bad else 0
 
@@ -258,13 +614,15 @@ def run(args):
 # tables and plot (anywhere)
 # ---------------------------------------------------------------------------------------
 TORCH = "torch.topk"
-# TARGETS' second number: issue 6 quotes it as another project's CuTe DSL cluster radix
-# top-k, timed on the same H200 with the same data; this script never runs it.
-ISSUE6_PEER = "issue 6 peer"
+# TARGETS' second number: issue 15 quotes it as the fastest valid peer at that point,
+# measured on the same H200 with the same data (2026-12-01); `run --peers` times them anew.
+ISSUE6_PEER = "issue 15 best peer"
 # A named peer's time (`run --peers` records): the first of these keys the record has.
 # topk_us: the peer's kernels on input already in its own dtype (FP32 for vLLM and
 # SGLang, BF16 for FlashInfer); e2e_us: BF16 in, the upcast included.
 PEER_TIME_KEYS = ("topk_us", "us", "e2e_us")
+# The L2-resident counterpart of each time key (`run` without --no-l2); any other key K: l2_K.
+L2_KEYS = {"topk_us": "l2_us", "us": "l2_us", "e2e_us": "l2_e2e_us"}
 
 
 def _label(p):
@@ -288,38 +646,52 @@ def named_peers(p):
     return {str(n): r for n, r in peers.items() if isinstance(r, dict)}
 
 
-def _peer_us(rec, time_keys):
+def _peer_us(rec, time_keys, l2=False):
+    """The first of time_keys the record has (l2: that key's L2-resident counterpart, or None)."""
     for key in time_keys:
         if isinstance(rec.get(key), (int, float)):
-            return rec[key]
+            if not l2:
+                return rec[key]
+            us = rec.get(L2_KEYS.get(key, f"l2_{key}"))
+            return us if isinstance(us, (int, float)) else None
     return None
 
 
+def _num(x):
+    return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
 def _peer_status(rec, us):
-    """valid (flag true), unchecked (no flag), invalid (flag false), n/a (unsupported), failed."""
+    """valid (flag true), unchecked (no flag), invalid (flag false), n/a (unsupported),
+    skipped (the budget), failed."""
     if rec.get("unsupported"):
         return "n/a"
+    if rec.get("skipped"):
+        return "skipped"
     if rec.get("error") or us is None:
         return "failed"
     return {True: "valid", False: "invalid"}.get(rec.get("valid"), "unchecked")
 
 
-def candidates(p, time_keys=PEER_TIME_KEYS):
+def candidates(p, time_keys=PEER_TIME_KEYS, l2=False):
     """[(name, us, status)] of every peer of a point: the named peers, then torch.topk, which
-    counts as valid only where its answer is the contract's (_full_rows)."""
+    counts as valid only where its answer is the contract's (_full_rows). l2: the
+    L2-resident times (None where a record has none); the status is the evicted time's."""
     out = []
     for name, rec in sorted(named_peers(p).items()):
         us = _peer_us(rec, time_keys)
-        out.append((name, us, _peer_status(rec, us)))
-    if isinstance(p.get("torch_us"), (int, float)):
-        out.append((TORCH, p["torch_us"], "valid" if _full_rows(p) else "not the contract"))
+        out.append((name, _peer_us(rec, time_keys, l2) if l2 else us, _peer_status(rec, us)))
+    if _num(p.get("torch_us")) is not None:
+        out.append((TORCH, _num(p.get("torch_l2_us")) if l2 else p["torch_us"],
+                    "valid" if _full_rows(p) else "not the contract"))
     return out
 
 
-def fastest_valid(p, time_keys=PEER_TIME_KEYS):
+def fastest_valid(p, time_keys=PEER_TIME_KEYS, l2=False):
     """(us, name) of the fastest peer not shown invalid (a validity flag, where the record
-    has one, must be true), else (None, None)."""
-    ok = [(us, name) for name, us, status in candidates(p, time_keys) if status in ("valid", "unchecked")]
+    has one, must be true), else (None, None). l2: by the L2-resident times."""
+    ok = [(us, name) for name, us, status in candidates(p, time_keys, l2)
+          if status in ("valid", "unchecked") and us is not None]
     return min(ok) if ok else (None, None)
 
 
@@ -334,20 +706,120 @@ def _peer_cell(p, name, time_keys):
         return ""
     us = _peer_us(rec, time_keys)
     status = _peer_status(rec, us)
-    if status == "valid":
-        return f"{us}"
-    if status in ("n/a", "failed"):
+    if status in ("n/a", "failed", "skipped"):
         return status
-    return f"{us} ({status})"
+    us = round(us, 2)
+    return f"{us}" if status == "valid" else f"{us} ({status})"
 
 
-def _fastest_cell(p, time_keys):
-    us, name = fastest_valid(p, time_keys)
-    return "" if us is None else f"{us} ({name})"
+def _fastest_cell(p, time_keys, l2=False):
+    us, name = fastest_valid(p, time_keys, l2)
+    return "" if us is None else f"{round(us, 2)} ({name})"
+
+
+def _ratio_cell(dtk, best):
+    return "" if _num(dtk) is None or not best else f"{dtk / best:.2f}"
+
+
+def has_l2(*runs):
+    """Whether any point of these runs carries DecodeTopK's L2-resident time."""
+    return any(_num(p.get("dtk_l2_us")) is not None for res in runs if res for p in res["points"])
+
+
+def peer_columns(names, l2):
+    """The headers of the peer columns: a column a named peer, the fastest valid peer and
+    DecodeTopK / it (with named peers), the L2-resident trio (with L2 times)."""
+    cols = [f"{n} us" for n in names]
+    if names:
+        cols += ["fastest valid peer us", "DecodeTopK / fastest valid peer"]
+    if l2:
+        cols += ["DecodeTopK L2 us", "fastest valid peer L2 us", "DecodeTopK / fastest valid peer, L2"]
+    return cols
+
+
+def peer_cells(p, names, time_keys, l2):
+    """The cells of peer_columns for point p."""
+    cells = [_peer_cell(p, n, time_keys) for n in names]
+    if names:
+        cells += [_fastest_cell(p, time_keys), _ratio_cell(p.get("dtk_us"), fastest_valid(p, time_keys)[0])]
+    if l2:
+        dtk = _num(p.get("dtk_l2_us"))
+        cells += ["" if dtk is None else dtk, _fastest_cell(p, time_keys, True),
+                  _ratio_cell(dtk, fastest_valid(p, time_keys, True)[0])]
+    return cells
+
+
+def _point_label(p):
+    return f"{_label(p)} {p['rows']} x {p['length']} k{p['k']}"
+
+
+def peer_summary(points, time_keys=PEER_TIME_KEYS, l2=False):
+    """DecodeTopK against the fastest valid peer over the timed points that have one (l2: by
+    the L2-resident times): {timed, compared, faster, median, worst, worst_at, worst_peer,
+    best, floor_median}; ratios DecodeTopK / fastest valid peer (None where nothing compares)."""
+    ok = [p for p in points if _num(p.get("dtk_us")) is not None]
+    pairs = []
+    for p in ok:
+        dtk = _num(p.get("dtk_l2_us")) if l2 else p["dtk_us"]
+        us, name = fastest_valid(p, time_keys, l2)
+        if dtk is not None and us:
+            pairs.append((dtk / us, p, name))
+    floors = [p["vs_floor"] for p in ok if _num(p.get("vs_floor")) is not None]
+    out = {"timed": len(ok), "compared": len(pairs), "faster": sum(r < 1 for r, _, _ in pairs),
+           "median": None, "worst": None, "worst_at": None, "worst_peer": None, "best": None,
+           "floor_median": statistics.median(floors) if floors else None}
+    if pairs:
+        ratios = sorted(r for r, _, _ in pairs)
+        worst = max(pairs, key=lambda t: t[0])
+        out.update(median=statistics.median(ratios), worst=worst[0], worst_at=_point_label(worst[1]),
+                   worst_peer=worst[2], best=ratios[0])
+    return out
+
+
+def _summary_text(s, what):
+    if not s["compared"]:
+        return f"{what}: no point has a valid peer with a time"
+    return (f"{what}: DecodeTopK is faster than the fastest valid peer at {s['faster']} of {s['compared']} points; "
+            f"DecodeTopK / fastest valid peer: median {s['median']:.2f}, worst {s['worst']:.2f} ({s['worst_at']}, "
+            f"against {s['worst_peer']}), best {s['best']:.2f}")
+
+
+def peer_breakdown(points, names, time_keys=PEER_TIME_KEYS, l2=False):
+    """A markdown table: a row a named peer, with its points by status, where it is the
+    fastest valid peer, DecodeTopK / it at its valid points, and where it was invalid."""
+    lines = ["| peer | valid | invalid | n/a | failed | skipped | fastest valid peer at | DecodeTopK / peer, median "
+             + ("| DecodeTopK / peer L2, median " if l2 else "") + "| invalid at |",
+             "|" + "---|" * (9 + bool(l2))]
+    ok = [p for p in points if _num(p.get("dtk_us")) is not None]
+    for n in names:
+        status, ratios, ratios_l2, bad, wins = {}, [], [], [], 0
+        for p in ok:
+            rec = named_peers(p).get(n)
+            if rec is None:
+                continue
+            us = _peer_us(rec, time_keys)
+            st = _peer_status(rec, us)
+            status[st] = status.get(st, 0) + 1
+            if st in ("valid", "unchecked"):
+                ratios.append(p["dtk_us"] / us)
+                us2, dtk2 = _peer_us(rec, time_keys, True), _num(p.get("dtk_l2_us"))
+                if us2 and dtk2 is not None:
+                    ratios_l2.append(dtk2 / us2)
+            elif st == "invalid":
+                bad.append(f"{p['data']} {p['rows']}x{p['length']} k{p['k']}")
+            wins += fastest_valid(p, time_keys)[1] == n
+        cells = [n, status.get("valid", 0) + status.get("unchecked", 0), status.get("invalid", 0),
+                 status.get("n/a", 0), status.get("failed", 0), status.get("skipped", 0), wins,
+                 f"{statistics.median(ratios):.2f}" if ratios else ""]
+        if l2:
+            cells.append(f"{statistics.median(ratios_l2):.2f}" if ratios_l2 else "")
+        cells.append(", ".join(bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else ""))
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
 
 
 def _issue6(p):
-    """(target us, issue 6 peer us) where the point is one of issue 6's (rho 0.9, token, full rows)."""
+    """(target us, issue 15 best peer us) where the point is one of issue 15's (rho 0.9, token, full rows)."""
     target, peer, _ = TARGETS.get((p["rows"], p["length"], p["k"]), (None, None, None))
     if p.get("data") != "rho0.9" or not _full_rows(p):
         return None, None
@@ -359,10 +831,11 @@ def table(results, names=None, time_keys=PEER_TIME_KEYS):
     peers to give a column each (default: those in the run); with any, a column names the
     fastest valid peer of each point."""
     names = peer_names(results) if names is None else names
+    l2 = has_l2(results)
     cols = ["data", "mode", "rows", "length", "k", "build", "launches", "DecodeTopK us", "floor us",
             "torch.topk us", "DecodeTopK / floor", "DecodeTopK / torch.topk", "DecodeTopK TB/s", "floor TB/s"]
-    cols += [f"{n} us" for n in names] + (["fastest valid peer us"] if names else [])
-    cols += ["issue 6 target us", f"{ISSUE6_PEER} us"]
+    cols += peer_columns(names, l2)
+    cols += ["issue 15 target us", f"{ISSUE6_PEER} us"]
     lines = [f"{results['gpu']}, {results['date']}, torch {results['torch']}, kernel "
              f"{results['kernel_source_sha256'][:12]}; {results['timing']}.", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -377,7 +850,7 @@ def table(results, names=None, time_keys=PEER_TIME_KEYS):
         target, peer = _issue6(p)
         cells = [data, mode, p["rows"], p["length"], p["k"], p["build"], p["launches"], p["dtk_us"], p["floor_us"],
                  p["torch_us"], p["vs_floor"], p["vs_torch"], p["dtk_tb_s"], p["floor_tb_s"]]
-        cells += [_peer_cell(p, n, time_keys) for n in names] + ([_fastest_cell(p, time_keys)] if names else [])
+        cells += peer_cells(p, names, time_keys, l2)
         cells += [target or "", peer or ""]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
@@ -389,7 +862,12 @@ def short_table(results):
     within = sum(p["vs_floor"] <= 1.5 for p in ok)
     fifth = sum(p["vs_torch"] <= 0.2 for p in ok)
     lines = [f"{len(ok)} points timed, {bad} invalid or failed; within 1.5x of the floor: {within}; "
-             f"at most 1/5 of torch.topk: {fifth}", "| rows | length | k | dtk us | target |"]
+             f"at most 1/5 of torch.topk: {fifth}"]
+    if peer_names(results):
+        lines.append(_summary_text(peer_summary(ok), "peers"))
+    if has_l2(results):
+        lines.append(_summary_text(peer_summary(ok, l2=True), "L2-resident"))
+    lines.append("| rows | length | k | dtk us | target |")
     for (r, n, k), (target, _, _) in TARGETS.items():
         for p in ok:
             if (p["rows"], p["length"], p["k"], p["data"], p["mode"]) == (r, n, k, "rho0.9", "token") \
@@ -402,6 +880,8 @@ def short_table(results):
 C_DTK, C_PEER, C_FLOOR, C_TARGET = "#0072B2", "#E69F00", "#000000", "#D55E00"
 C_OTHER = ("#009E73", "#CC79A7", "#56B4E9", "#F0E442")
 PEER_MARKERS = ("s", "D", "^", "v", "P", "X", "h", "<", ">", "p")
+# A line a peer where the run has named peers (distinct from DecodeTopK's blues and greens).
+PEER_COLORS = ("#E69F00", "#7B3294", "#8C510A", "#B2182B", "#777777", "#808000", "#01665E", "#F781BF")
 
 
 def _length_label(n):
@@ -410,10 +890,13 @@ def _length_label(n):
 
 def plot(results, png, data=None, time_keys=PEER_TIME_KEYS):
     """The PNG: a column a k, a row of panels a row count; time against valid length on log
-    axes. In each panel: DecodeTopK, the fastest valid peer (its marker says which peer)
-    and the speed-of-light floor on the main data kind (`data`, default rho0.9), DecodeTopK
-    on the other data kinds as thin lines, block mode as stars at its length, issue 6's
-    targets and quoted peer times where the panel has one."""
+    axes. In each panel: DecodeTopK (and, where the run has them, its L2-resident times
+    dash-dotted), the peers and the speed-of-light floor on the main data kind (`data`,
+    default rho0.9), DecodeTopK on the other data kinds as thin lines, block mode as stars
+    at its length, issue 15's targets and quoted peer times where the panel has one. The
+    peers: with named peers in the run, a line each (torch.topk too) through its valid
+    points, an x where its output was invalid; without, the fastest valid peer as a dashed
+    line, its marker saying which."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -431,6 +914,13 @@ def plot(results, png, data=None, time_keys=PEER_TIME_KEYS):
     winners = sorted({fastest_valid(p, time_keys)[1] for p in points if p["data"] == main} - {None},
                      key=lambda n: (n != TORCH, n))
     marker = {n: PEER_MARKERS[i % len(PEER_MARKERS)] for i, n in enumerate(winners)}
+    line_peers = peer_names(results)
+    line_peers = line_peers + [TORCH] if line_peers else []
+    style = {n: (PEER_COLORS[i % len(PEER_COLORS)], PEER_MARKERS[i % len(PEER_MARKERS)])
+             for i, n in enumerate(line_peers)}
+    l2 = any(_num(p.get("dtk_l2_us")) is not None for p in points if p["data"] == main)
+    nan = float("nan")
+    invalid_seen = False
 
     fig, axes = plt.subplots(len(rows_all), len(ks), figsize=(6.4 * len(ks), 2.9 * len(rows_all) + 1.9),
                              squeeze=False, sharex=True)
@@ -450,15 +940,29 @@ def plot(results, png, data=None, time_keys=PEER_TIME_KEYS):
             if s:
                 x = [p["length"] for p in s]
                 ax.plot(x, [p["floor_us"] for p in s], ":", color=C_FLOOR, lw=1.8)
+                for n in line_peers:
+                    good, bad = [], []
+                    for p in s:
+                        us, status = next(((u, st) for m, u, st in candidates(p, time_keys) if m == n), (None, None))
+                        good.append(us if us is not None and status in ("valid", "unchecked") else nan)
+                        if us is not None and status == "invalid":
+                            bad.append((p["length"], us))
+                    c, m = style[n]
+                    ax.plot(x, good, "-", marker=m, color=c, lw=1.2, ms=3.5, alpha=0.9)
+                    if bad:
+                        invalid_seen = True
+                        ax.plot([b[0] for b in bad], [b[1] for b in bad], "x", color=c, ms=7, mew=1.6, ls="none")
                 best = [(p["length"],) + fastest_valid(p, time_keys) for p in s]
                 best = [b for b in best if b[1] is not None]
-                if best:
+                if best and not line_peers:
                     ax.plot([b[0] for b in best], [b[1] for b in best], "--", color=C_PEER, lw=2)
                     for n in winners:
                         w = [b for b in best if b[2] == n]
                         if w:
                             ax.plot([b[0] for b in w], [b[1] for b in w], marker[n], color=C_PEER, ms=6,
                                     mec="black", mew=0.6, ls="none")
+                if l2:
+                    ax.plot(x, [_num(p.get("dtk_l2_us")) or nan for p in s], "-.", color=C_DTK, lw=1.4)
                 ax.plot(x, [p["dtk_us"] for p in s], "-o", color=C_DTK, lw=2.2, ms=4.5)
                 ratios = [p["dtk_us"] / b[1] for p, b in zip(s, [(p["length"],) + fastest_valid(p, time_keys)
                                                                 for p in s]) if b[1]]
@@ -491,11 +995,22 @@ def plot(results, png, data=None, time_keys=PEER_TIME_KEYS):
                 ax.set_ylabel("median us")
             if i == len(rows_all) - 1:
                 ax.set_xlabel("valid length (logits a row)")
-    handles = [Line2D([], [], color=C_DTK, lw=2.2, marker="o", ms=4.5, label=f"DecodeTopK ({main})"),
-               Line2D([], [], color=C_PEER, lw=2, ls="--", label="fastest valid peer (marker: which)"),
-               Line2D([], [], color=C_FLOOR, lw=1.8, ls=":", label="floor: speed-of-light kernel, same launch")]
-    handles += [Line2D([], [], color=C_PEER, marker=marker[n], ls="none", mec="black", mew=0.6, ms=6,
-                       label=f"fastest: {n}" + (" (full-length rows)" if n == TORCH else "")) for n in winners]
+    handles = [Line2D([], [], color=C_DTK, lw=2.2, marker="o", ms=4.5, label=f"DecodeTopK ({main})")]
+    if l2:
+        handles.append(Line2D([], [], color=C_DTK, lw=1.4, ls="-.", label=f"DecodeTopK ({main}), L2-resident"))
+    if line_peers:
+        handles += [Line2D([], [], color=style[n][0], marker=style[n][1], lw=1.2, ms=3.5,
+                           label=n + (" (full-length rows)" if n == TORCH else "") + ", where valid")
+                    for n in line_peers]
+        if invalid_seen:
+            handles.append(Line2D([], [], color="0.3", marker="x", ms=7, mew=1.6, ls="none",
+                                  label="a peer's invalid output (timed, not counted)"))
+        handles.append(Line2D([], [], color=C_FLOOR, lw=1.8, ls=":", label="floor: speed-of-light kernel, same launch"))
+    else:
+        handles += [Line2D([], [], color=C_PEER, lw=2, ls="--", label="fastest valid peer (marker: which)"),
+                    Line2D([], [], color=C_FLOOR, lw=1.8, ls=":", label="floor: speed-of-light kernel, same launch")]
+        handles += [Line2D([], [], color=C_PEER, marker=marker[n], ls="none", mec="black", mew=0.6, ms=6,
+                           label=f"fastest: {n}" + (" (full-length rows)" if n == TORCH else "")) for n in winners]
     handles += [Line2D([], [], color=c, lw=1.1, label=f"DecodeTopK ({kind})") for c, kind in zip(C_OTHER, others)]
     if any(p["mode"] == "block" for p in points):
         handles += [Line2D([], [], color=C_DTK, marker="*", ms=13, mec="black", ls="none",
@@ -507,15 +1022,17 @@ def plot(results, png, data=None, time_keys=PEER_TIME_KEYS):
             handles.append(Line2D([], [], color=C_PEER, marker="*", ms=12, mec="black", ls="none",
                                   label="block mode: fastest valid peer"))
     if main == "rho0.9":
-        handles += [Line2D([], [], color=C_TARGET, marker="_", ms=16, mew=2.5, ls="none", label="issue 6 target"),
+        handles += [Line2D([], [], color=C_TARGET, marker="_", ms=16, mew=2.5, ls="none", label="issue 15 target"),
                     Line2D([], [], color="none", marker="d", mec=C_TARGET, ms=7, mew=1.4, ls="none",
-                           label="issue 6 peer (quoted, not run here)")]
+                           label="issue 15 best valid peer (quoted)")]
+    top = max(1.4, 0.4 + 0.25 * math.ceil(len(handles) / 3))  # inches above the panels: title and legend
+    fig.set_figheight(fig.get_figheight() + top - 1.4)
     fig.legend(handles=handles, loc="upper center", ncol=3, fontsize=10, frameon=False,
                bbox_to_anchor=(0.5, 1 - 0.5 / fig.get_figheight()))
     fig.suptitle(f"DecodeTopK, {results['gpu']}, {results['date']}, kernel source "
                  f"{results['kernel_source_sha256'][:12]}: token mode on {main} data unless marked",
                  fontsize=13, y=1 - 0.12 / fig.get_figheight())
-    fig.tight_layout(rect=(0, 0, 1, 1 - 1.4 / fig.get_figheight()))
+    fig.tight_layout(rect=(0, 0, 1, 1 - top / fig.get_figheight()))
     Path(png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=100)
     plt.close(fig)
@@ -537,6 +1054,10 @@ def _ratio_summary(points, time_keys=PEER_TIME_KEYS):
             text += (f"; DecodeTopK / fastest valid peer (torch.topk included where valid): median "
                      f"{statistics.median(vs):.2f}, best {vs[0]:.2f}, worst {vs[-1]:.2f}, faster at "
                      f"{sum(v < 1 for v in vs)} of {len(vs)}")
+    s = peer_summary(ok, time_keys, l2=True)
+    if s["compared"]:
+        text += (f"; L2-resident, DecodeTopK / fastest valid peer: median {s['median']:.2f}, best {s['best']:.2f}, "
+                 f"worst {s['worst']:.2f}, faster at {s['faster']} of {s['compared']}")
     return text
 
 
@@ -551,9 +1072,15 @@ def results_md(results, extras, png, targets=None, time_keys=PEER_TIME_KEYS, com
     points = results["points"]
     target_points = points + (targets["points"] if targets else [])
     names = peer_names(results, targets, *extras)
+    l2 = has_l2(results, targets)
     peer_note = (f"Named peers in these runs: {', '.join(names)}; each one's time is the first of "
                  f"`{'`, `'.join(time_keys)}` its record has, and a peer counts as valid unless its validity "
-                 "flag says otherwise ('(invalid)' marks one that does, '(unchecked)' one without a flag)."
+                 "flag says otherwise ('(invalid)' marks one that does, '(unchecked)' one without a flag). "
+                 "`run --peers` checks each peer's output with DecodeTopK's contract checker before timing "
+                 "and after the timed replays, on the same logits; an invalid peer is timed and not counted. "
+                 "n/a: a shape, k or row lengths the peer does not take (block mode: none does); failed: an "
+                 "exception, a peer that did not load, or one that timed out; skipped: the run's budget. "
+                 "**DecodeTopK / fastest valid peer** < 1 where DecodeTopK is faster."
                  if names else
                  "No run here carries named peers yet (`run --peers` adds them), so the fastest valid peer is "
                  "torch.topk wherever it is valid, and none elsewhere (block mode, ragged and next_n rows).")
@@ -574,31 +1101,48 @@ def results_md(results, extras, png, targets=None, time_keys=PEER_TIME_KEYS, com
              "over 8-logit blocks, then topk). It ignores per-row lengths and the pinned newest block, so "
              "its answer is the contract's only in token mode with every row at the full width. The grid "
              "does not check its output.",
-             f"- **issue 6 target** and **{ISSUE6_PEER}**: the target time, and the time issue 6 quotes "
-             "for another project's CuTe DSL cluster radix top-k on the same H200 and data, at issue 6's "
-             "nine points. These are quoted, not run by this script.",
+             f"- **issue 15 target** and **{ISSUE6_PEER}**: the target time (0.6x the fastest valid peer), "
+             "and the fastest valid peer's time issue 15 quotes for the same H200 and data, at its twelve "
+             "points. These are quoted; the peer columns are this run's.",
              "- **fastest valid peer**: the fastest of torch.topk (where its answer is the contract's) and "
-             "the named peers a run carries. " + peer_note, "",
-             "## Issue 6 targets (rho 0.9, token mode)", ""]
+             "the named peers a run carries. " + peer_note]
+    if l2:
+        lines.append("- **L2** columns: the same calls replayed with no L2 eviction before each, so the logits are "
+                     "in L2 as far as they fit (as just after the MQA logits kernel wrote them); a peer's L2 time "
+                     "is that of its time key (`l2_us` for `topk_us` and `us`, `l2_e2e_us` for `e2e_us`), and the "
+                     "fastest valid peer there is the fastest by those times.")
+    lines += ["", "## Issue 15 targets (rho 0.9, token mode)", ""]
     cols = ["rows", "length", "k", "target us", "DecodeTopK us", "met", "floor us", "torch.topk us",
-            f"{ISSUE6_PEER} us"] + [f"{n} us" for n in names] + (["fastest valid peer us"] if names else []) + \
-           ["DecodeTopK / floor", "DecodeTopK / torch.topk"]
+            f"{ISSUE6_PEER} us"] + peer_columns(names, l2) + ["DecodeTopK / floor", "DecodeTopK / torch.topk"]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for (r, n, k), (target, peer, _) in TARGETS.items():
         for p in target_points:
-            if (p["rows"], p["length"], p["k"], p["data"], p["mode"]) == (r, n, k, "rho0.9", "token") \
+            if (p["rows"], p["length"], p["k"], p["data"], p.get("mode")) == (r, n, k, "rho0.9", "token") \
                     and "dtk_us" in p and not p.get("ragged") and p.get("next_n", 1) == 1:
                 source = "" if p in points else f" (`run --targets`, kernel {targets['kernel_source_sha256'][:12]})"
                 met = "yes" if p["dtk_us"] <= target else f"no ({p['dtk_us'] / target:.1f}x)"
                 cells = [r, n, k, target, f"{p['dtk_us']}{source}", met, p["floor_us"], p["torch_us"], peer]
-                cells += [_peer_cell(p, m, time_keys) for m in names] + \
-                    ([_fastest_cell(p, time_keys)] if names else [])
+                cells += peer_cells(p, names, time_keys, l2)
                 cells += [p["vs_floor"], p["vs_torch"]]
                 lines.append("| " + " | ".join(str(c) for c in cells) + " |")
                 break
     lines += ["", "The targets also ask for every point within 1.5x of the floor and at most 1/5 of torch.topk. "
-              "Over the grid: " + _ratio_summary(points, time_keys) + ".", "",
-              f"![DecodeTopK, the fastest valid peer and the floor against the valid length]({_rel(png, md_dir)})",
+              "Over the grid: " + _ratio_summary(points, time_keys) + ".", ""]
+    main_names, main_l2 = peer_names(results), has_l2(results)
+    if main_names or main_l2:
+        evicted = peer_summary(points, time_keys)
+        lines += ["## DecodeTopK against the fastest valid peer", "",
+                  f"Over the {evicted['timed']} timed points of the grid (torch.topk counts where its answer is the "
+                  "contract's):", "",
+                  "- " + _summary_text(evicted, "L2 evicted (the grid's timing)") + "."]
+        if main_l2:
+            lines.append("- " + _summary_text(peer_summary(points, time_keys, l2=True), "L2-resident") + ".")
+        if evicted["floor_median"] is not None:
+            lines.append(f"- DecodeTopK / floor: median {evicted['floor_median']:.2f} over the grid.")
+        if main_names:
+            lines += ["", peer_breakdown(points, main_names, time_keys, main_l2)]
+        lines.append("")
+    lines += [f"![DecodeTopK, the fastest valid peer and the floor against the valid length]({_rel(png, md_dir)})",
               "", "## The grid", "", table(results, names, time_keys).split("\n", 2)[2]]
     for extra in extras:
         kind = "ragged lengths (0.7-1.3 x nominal)" if any(p.get("ragged") for p in extra["points"]) else \
@@ -643,7 +1187,7 @@ def add_report_arguments(p):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run")
+    r = sub.add_parser("run", help="time the grid on the GPU (the H200), with the peers if --peers")
     r.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build"))
     r.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
     r.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
@@ -651,12 +1195,23 @@ def main(argv=None):
     r.add_argument("--data", nargs="+", default=list(DATA), choices=DATA)
     r.add_argument("--ragged", action="store_true")
     r.add_argument("--next-n", type=int, default=1)
-    r.add_argument("--targets", action="store_true", help="only issue 6's nine target points")
+    r.add_argument("--targets", action="store_true", help="only issue 15's twelve target points")
     r.add_argument("--warmup", type=int, default=5)
     r.add_argument("--reps", type=int, default=30)
     r.add_argument("--seed", type=int, default=6)
-    r.add_argument("--budget", type=float, default=1e9, help="stop starting points after this many seconds")
+    r.add_argument("--budget", type=float, default=1e9,
+                   help="seconds for the whole run: no point or peer starts that would end past it, and a run "
+                        "30 s past it writes what it has and exits 3")
     r.add_argument("--tag", default="", help="suffix of grid<tag>.json / .md")
+    r.add_argument("--peers", default=None, metavar="PATH",
+                   help="the peers folder (peers.py and its lib/: ../shared/peers, on the GPU runner .peers): "
+                        "check and time each peer at each point beside DecodeTopK")
+    r.add_argument("--peer-names", nargs="+", default=None, metavar="NAME",
+                   help="the peers to run (default: every peer peers.py offers)")
+    r.add_argument("--peer-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="a peer taking longer at one point is not run again; one holding the GPU twice as long "
+                        "ends the run, with what it has written (default 60)")
+    r.add_argument("--no-l2", action="store_true", help="skip the L2-resident times (no eviction before replays)")
     p = sub.add_parser("report", help="the PNG and RESULTS.md from run's JSON (any machine; needs matplotlib)")
     add_report_arguments(p)
     args = ap.parse_args(argv)

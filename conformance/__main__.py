@@ -1,4 +1,4 @@
-"""python -m decode_topk.conformance [--impl NAME|pkg.module:attr] [--level ci|full] [--case SUBSTR] [--build all|CxTxV]
+"""python -m decode_topk.conformance [--impl NAME|pkg.module:attr] [--level ci|full] [--case SUBSTR] [--build all|CxTxV] [--strict|--no-strict]
 python -m decode_topk.conformance {gen,out,ver} ...
 
 Runs every case x k x mode of the level through the implementation, checks each output
@@ -16,6 +16,12 @@ it (conformance/registry.py).
 --build: `all` (every build of SPEC.md 2.1; the default for the model) or one build such
 as 8x512x8, forced on implementations that take a build; without it, the implementation
 chooses.
+
+--strict / --no-strict: judge every output against the canonical answer of SPEC.md 1.4
+too (ties by lowest index, ascending order; reason not-canonical), or by the contract
+alone (any tie choice, any order). Default: strict for an implementation that claims
+'canonical' (the model, aot, jit, reference-canonical; `claims = "canonical"` on a
+pkg.module:attr), else the contract. The summary's `judged:` line says which.
 
 gen, out and ver judge outputs made anywhere (conformance/genver.py): `gen` writes the
 level's inputs to an .npz, `out` runs an implementation over them, `ver` judges an outputs
@@ -61,6 +67,9 @@ def _parser():
     parser.add_argument("--build", dest="run_build", default=None,
                         help=f"all, or one build ({build_names}); default: all for the model, else the "
                              f"implementation's own choice")
+    parser.add_argument("--strict", dest="run_strict", default=None, action=argparse.BooleanOptionalAction,
+                        help="judge against the canonical answer (--strict) or the contract alone "
+                             "(--no-strict); default: strict when the implementation claims 'canonical'")
     commands = parser.add_subparsers(dest="command", metavar="{gen,out,ver}",
                                      help="judge outputs made anywhere (default: run the suite)")
     gen = commands.add_parser("gen", formatter_class=raw, description=genver.__doc__,
@@ -81,7 +90,8 @@ def _parser():
     return parser
 
 
-RUN_OPTIONS = {"run_impl": "--impl", "run_level": "--level", "run_case": "--case", "run_build": "--build"}
+RUN_OPTIONS = {"run_impl": "--impl", "run_level": "--level", "run_case": "--case", "run_build": "--build",
+               "run_strict": "--strict/--no-strict"}
 
 
 def main(argv=None):
@@ -104,7 +114,7 @@ def main(argv=None):
             return 0 if genver.verify(args.cases, args.outputs).ok else 1
         impl = args.run_impl or "reference"
         result = run_suite(impl, args.run_level or "ci", args.run_case,
-                           builds=_builds(args.run_build, registry.record(impl)))
+                           builds=_builds(args.run_build, registry.record(impl)), strict=args.run_strict)
     except (ValueError, registry.Unavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

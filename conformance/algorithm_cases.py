@@ -1,5 +1,6 @@
-"""Case generators that steer SPEC.md part 2's algorithm: each fallback, its boundaries,
-the per-CTA eq cap, the path thresholds, the masked last vector and the pinned block.
+"""Case generators that steer SPEC.md part 2's algorithm: the underflow fallback and its
+boundary, crowded survivors, ties at the cutoff, the path thresholds, the masked last
+vector and the pinned block.
 
 The catalogue (`cases.py`) lists them, each with its *intent* (`controlled_intent`,
 `hit_intent`, `threshold_intent` below): for the rows whose path the generator controls,
@@ -9,16 +10,15 @@ decode_topk.conformance --impl model` verify it with the trace.
 A *controlled* token row fixes the sampled cutoff at the value 1.0 in every build: it puts
 1.0 at q + 2 sample positions of every build (q for k = 2048, the largest) and every value
 above 1.0 away from all sample positions, so no sample exceeds 1.0 and at least q equal
-it. Then G (keys above the cutoff) is the number of values placed above 1.0 and,
-with at most k equal values in any CTA's chunk, E is the number of 1.0s: G + E and
-G + min(E, k), and so the fallback, are chosen by the generator.
+it. Then G (keys above the cutoff) is the number of values placed above 1.0 and E (keys
+equal to it) the number of 1.0s: G + E, and so the fallback, are chosen by the generator.
 """
 
 import numpy as np
 
 from decode_topk.reference.bits import NEG_INF_BITS, POS_INF_BITS, bf16_bits_from_float32
 
-from .trace import CAPACITY, q_for, sample_positions
+from .trace import q_for, sample_positions
 from .coverage import top_slot_length, top_slot_vectors
 
 CUTOFF_BITS = 0x3F80  # 1.0
@@ -87,10 +87,8 @@ def make_samples_hit_top(rng, width, lengths, top=400):
 
 def make_cta_plateau(rng, width, specs):
     """A plateau of 1.0 spread evenly over the row, n_eq of them, and n_gt larger values:
-    with n_eq / C > k a CTA holds more than k keys equal to the cutoff and its eq
-    survivors are capped at k (E = sum min(EQ_c, k)); past k in all, only the cluster's
-    first k are kept, and an eq slot past them would run into the gt range or past the
-    buffer."""
+    with n_eq / C > k a CTA holds more than k keys equal to the cutoff, which is K, so the
+    lowest-index ties are spread over several CTAs and one CTA's share ends mid-chunk."""
     logits = np.empty((len(specs), width), np.uint16)
     for r, (length, n_gt, n_eq) in enumerate(specs):
         row = _background(rng, width)
@@ -99,6 +97,20 @@ def make_cta_plateau(rng, width, specs):
         row[where[:n_eq]] = CUTOFF_BITS
         row[where[n_eq:]] = rng.integers(CUTOFF_BITS + 1, 0x4380, size=n_gt, dtype=np.uint16)
         logits[r] = row
+    return logits, np.array([s[0] for s in specs])
+
+
+def make_tie_spread(rng, width, specs):
+    """Rows of one value (1.0) with `above` larger values at random positions and a few
+    smaller ones, one a (length, above) spec: K is 1.0, tied at almost every index, and
+    the k - above lowest-index ties end inside CTA 0 (above near k), at a chunk boundary
+    or inside the last CTA (length near k), in both modes. Garbage past the length."""
+    logits = np.full((len(specs), width), CUTOFF_BITS, np.uint16)
+    for r, (length, above) in enumerate(specs):
+        where = rng.choice(length, size=min(length, above + 64), replace=False)
+        logits[r, where[:above]] = rng.integers(CUTOFF_BITS + 1, 0x4380, size=above, dtype=np.uint16)
+        logits[r, where[above:]] = 0x3F00  # 0.5: a few keys below K
+        logits[r, length:] = _garbage(rng, width - length)
     return logits, np.array([s[0] for s in specs])
 
 
@@ -161,14 +173,17 @@ def make_normal_rows(rng, width, lengths):
 # ----------------------------------------------------------------------------------------
 W_SAMPLED = 131072  # nv = 16384 > C * T in every build; the builds share sample positions
 
-OVERFLOW_SPECS = (
-    (W_SAMPLED, 12000, 300),  # G > 8192: gt offsets past the buffer
-    (W_SAMPLED, 8000, 193),  # G + E = 8193: overflow by one
-    (W_SAMPLED, 7999, 193),  # G + E = 8192: the capacity exactly, no fallback
-    (W_SAMPLED, 7192, 1000),  # 8192 again, with more ties (k = 512: 7704)
-    (W_SAMPLED, 7500, 1500),  # G + E = 9000 > 8192, but G + min(E, k) = 8012 at k = 512: sampled
-    (W_SAMPLED, 7168, 1025),  # G + min(E, k) = 8192 at k = 1024, 8193 at k = 2048
-    (W_SAMPLED - 3, 9000, 500),  # overflow, masked last vector, other sample positions
+# Crowded survivors: the rows that overflowed the retired 8192-survivor buffer (the
+# rule before SPEC.md 2.4's selection spread over the CTAs) and its boundaries; every one
+# now takes the sampled path, with thousands of keys above and at the cutoff in each CTA.
+CROWDED_SPECS = (
+    (W_SAMPLED, 12000, 300),  # G > 8192
+    (W_SAMPLED, 8000, 193),  # G + E = 8193
+    (W_SAMPLED, 7999, 193),  # G + E = 8192
+    (W_SAMPLED, 7192, 1000),  # 8192 again, with more ties
+    (W_SAMPLED, 7500, 1500),  # G + E = 9000
+    (W_SAMPLED, 7168, 1025),
+    (W_SAMPLED - 3, 9000, 500),  # masked last vector, other sample positions
 )
 UNDERFLOW_SPECS = (
     (W_SAMPLED, 200, 311),  # 511: underflow at every k
@@ -180,20 +195,23 @@ UNDERFLOW_SPECS = (
     (W_SAMPLED - 5, 100, 150),  # 250
 )
 CAPPED_SPECS = (
-    (W_SAMPLED, 300, 6000),  # EQ_c capped at k in some builds
-    (W_SAMPLED, 300, 30000),  # E past 8192: only the cluster's first k eq kept, no fallback
+    (W_SAMPLED, 300, 6000),  # more than k keys equal to the cutoff in some CTAs
+    (W_SAMPLED, 300, 30000),  # E past 8192: K is the cutoff, the lowest-index ties taken
     (W_SAMPLED - 1, 40, 3000),
 )
 WIDE_SPECS = (
-    (524288, 12000, 300),  # overflow
-    (524288, 7999, 193),  # 8192: no fallback
-    (524288, 8000, 193),  # 8193: overflow
+    (524288, 12000, 300),  # crowded
+    (524288, 7999, 193),  # 8192
+    (524288, 8000, 193),  # 8193
     (524288, 200, 311),  # 511: underflow at every k
     (524288, 1500, 548),  # 2048
     (524288 - 7, 700, 324),  # 1024
-    (524288, 7500, 1500),  # G + E past 8192, G + min(E, k) not at k = 512
+    (524288, 7500, 1500),  # G + E past 8192
 )
 SAMPLE_HIT_LENGTHS = (W_SAMPLED, 65536 + 8192)
+# (length, above): ties at K that end inside the first chunk, mid-row, inside the last.
+TIE_SPREAD_SPECS = ((600, 0), (1100, 100), (2100, 2000), (4100, 1), (4103, 511), (40000, 0), (40000, 2047),
+                    (W_SAMPLED, 300), (W_SAMPLED - 7, 1500))
 BOUNDARY_LENGTHS = (32768, 32769, 65536, 65537)  # nv = C T and C T + 1 at C T = 4096, 8192
 VECTOR_EDGE_LENGTHS = (16381, 30001, W_SAMPLED - 3)
 SIGNED_ZERO_LENGTHS = (16384, 30000, W_SAMPLED)
@@ -208,16 +226,14 @@ SAMPLED_LENGTHS = (131072, 131071, 100003, 70001, 40009, 33333)
 # as its case's `intent`, built from the same specs or lengths as the case's rows.
 
 def controlled_intent(specs):
-    """Rows of make_controlled: direct within one vector a thread, else overflow past the
-    survivor capacity, underflow below k, sampled otherwise."""
+    """Rows of make_controlled: direct within one vector a thread, else underflow below k,
+    sampled otherwise."""
     def intent(build, k):
         cluster, threads, _ = build
         rows = []
         for length, n_gt, n_eq in specs:
             if -(-length // 8) <= cluster * threads:
                 rows.append((2, 0))
-            elif n_gt + min(n_eq, k) > CAPACITY:
-                rows.append((2, 1))
             elif n_gt + n_eq < k:
                 rows.append((2, 2))
             else:
@@ -255,7 +271,7 @@ def intent_problems(intent, build, k, block_mode, trace):
     for r, (path, reason) in enumerate(intents):
         got_path, got_reason = int(trace[r, 0]), int(trace[r, 1])
         if path == 1 and reason is None:
-            ok = got_path == 1 or got_reason in (1, 2)  # a sampled attempt
+            ok = got_path == 1 or got_reason == 2  # a sampled attempt
         else:
             ok = got_path == path and (reason is None or got_reason == reason)
         if not ok:
@@ -266,9 +282,8 @@ def intent_problems(intent, build, k, block_mode, trace):
 
 def top_slot_specs(builds):
     """Controlled specs at the shortest length whose every CTA of every build of `builds`
-    stages its top slot (coverage.top_slot_length): overflow (G = 12000 > 8192), underflow
-    (G + E = 511 < k) and sampled at the survivor capacity exactly (G + E = 8192), at every
-    k."""
+    stages its top slot (coverage.top_slot_length): crowded (G = 12000), underflow
+    (G + E = 511 < k) and sampled (G + E = 8192), at every k."""
     length = top_slot_length(builds)
     return ((length, 12000, 300), (length, 200, 311), (length, 7999, 193))
 

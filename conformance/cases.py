@@ -259,7 +259,7 @@ def _top_slot_case(name, seed, builds):
     return Case(name, "ci", seed,
                 partial(algo.make_top_slot_rows, width=specs[0][0] + 7, specs=specs, builds=builds),
                 f"length {specs[0][0]}: every CTA of {', '.join(builds)} stages a vector in its top slot, "
-                "the row's largest values there; overflow, underflow, sampled at 8192 survivors",
+                "the row's largest values there; crowded survivors, underflow, sampled",
                 intent=algo.controlled_intent(specs))
 
 
@@ -295,9 +295,9 @@ CASES = (
          "uniformly random bit patterns, random lengths"),
     # --- ci: the model's algorithm (SPEC.md part 2): each path and fallback in every build,
     # verified by the trace (each case's intent) ------------------------------------------------
-    Case("sampled-overflow", "ci", 301, partial(algo.make_controlled, width=algo.W_SAMPLED, specs=algo.OVERFLOW_SPECS),
-         "sampled rows with G + min(E, k) = 8192, 8193 and more: large values hidden between the samples",
-         modes=(False,), intent=algo.controlled_intent(algo.OVERFLOW_SPECS)),
+    Case("sampled-crowded", "ci", 301, partial(algo.make_controlled, width=algo.W_SAMPLED, specs=algo.CROWDED_SPECS),
+         "sampled rows with G + E = 8192, 8193 and more survivors: large values hidden between the samples",
+         modes=(False,), intent=algo.controlled_intent(algo.CROWDED_SPECS)),
     Case("sampled-underflow", "ci", 302,
          partial(algo.make_controlled, width=algo.W_SAMPLED, specs=algo.UNDERFLOW_SPECS),
          "sampled rows with G + E = k - 1 and k for every k: underflow and its boundary", modes=(False,),
@@ -307,7 +307,9 @@ CASES = (
          "the row's largest values sit at the sample positions: underflow", modes=(False,),
          intent=algo.hit_intent(algo.SAMPLE_HIT_LENGTHS)),
     Case("sampled-eq-capped", "ci", 304, partial(algo.make_cta_plateau, width=algo.W_SAMPLED, specs=algo.CAPPED_SPECS),
-         "plateaus of more than k keys equal to the cutoff a CTA: the per-CTA cap", modes=(False,)),
+         "plateaus of more than k keys equal to the cutoff a CTA: ties taken by lowest index", modes=(False,)),
+    Case("ties-across-ctas", "ci", 313, partial(algo.make_tie_spread, width=algo.W_SAMPLED, specs=algo.TIE_SPREAD_SPECS),
+         "K tied at almost every index: the lowest-index ties end in CTA 0, mid-row, in the last CTA"),
     Case("sampled-threshold", "ci", 305, partial(algo.make_normal_rows, width=65544, lengths=algo.BOUNDARY_LENGTHS),
          "nv = C T and C T + 1 at C T = 4096 and 8192 (one vector a thread)",
          intent=algo.threshold_intent(algo.BOUNDARY_LENGTHS)),
@@ -323,7 +325,7 @@ CASES = (
     Case("short-neg-inf", "ci", 309, partial(algo.make_short_neg_inf, width=16384, lengths=algo.SHORT_NEG_INF_LENGTHS),
          "short rows with -inf blocks"),
     # --- ci: every staged-vector slot of every build (conformance/coverage.py): the shortest
-    # rows whose every CTA stages a vector in a build's top slot, overflow, underflow and the
+    # rows whose every CTA stages a vector in a build's top slot, crowded, underflow and the
     # sampled path steered, the row's largest values in those vectors -------------------------
     _top_slot_case("top-slot-8-vectors", 310, ("8x512x8", "4x1024x8")),  # C T = 4096: one row for both
     _top_slot_case("top-slot-8x512x16", 311, ("8x512x16",)),
@@ -360,7 +362,7 @@ CASES = (
          "the widest rows, around the 8x512x16 capacity and at the maximum width"),
     Case("sampled-fallbacks-524288", "full", 213,
          partial(algo.make_controlled, width=524288, specs=algo.WIDE_SPECS),
-         "overflow, underflow and their boundaries in rows 524,288 wide (8x512x16, 16x512x16)", modes=(False,),
+         "crowded survivors, underflow and its boundary in rows 524,288 wide (8x512x16, 16x512x16)", modes=(False,),
          intent=algo.controlled_intent(algo.WIDE_SPECS)),
     Case("waves-524288", "full", 214, partial(make_indexer, rows=16, width=524288, rho=0.9, heads=32, dim=64),
          "more rows than resident clusters (H200: 15 of 8x512x16, 7 of 16x512x16): later waves"),

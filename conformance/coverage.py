@@ -34,7 +34,7 @@ from .trace import PATH_NAMES, REASON_NAMES, chunks
 NO_SLOT = -1  # the slot "reached" by a row that stages no vector (length 0)
 MODE_NAMES = {False: "token", True: "block"}
 SHORT, SAMPLED, DIRECT = 0, 1, 2  # trace path codes (SPEC.md 2.11)
-NONE, OVERFLOW, UNDERFLOW = 0, 1, 2  # trace reason codes
+NONE, UNDERFLOW = 0, 2  # trace reason codes (1, overflow, is retired: SPEC.md 2.11)
 
 
 def normalize_build(build):
@@ -116,13 +116,12 @@ def reachable(build):
     - direct without a sampled attempt (n > k and nv <= C T): slot 0 only, since nv <= C T
       puts at most T vectors in every chunk; reachable because k + 1 <= 8 C T.
     - a sampled attempt (nv > C T): slots 0 .. ceil(nv / (C T)) - 1, so every slot up to
-      V - 1 (at capacity). Each outcome, sampled (path 1, reason 0), overflow and
-      underflow (path 2, reasons 1 and 2), is reachable at every such length, because the
-      cutoff is the q-th largest of the 2048 sampled keys (q <= 289 < k) and the outcome
-      is set by the other >= 8 C T - 2048 >= 30,720 positions: more than 8192 of them
-      above the cutoff overflows; the row's largest values at the sample positions and
-      nothing else at or above the cutoff underflows (fewer than k keys at or above it);
-      between k and 8192 such keys succeeds (conformance/algorithm_cases.py builds
+      V - 1 (at capacity). Each outcome, sampled (path 1, reason 0) and underflow
+      (path 2, reason 2), is reachable at every such length, because the cutoff is the
+      q-th largest of the 2048 sampled keys (q <= 289 < k) and the outcome is set by the
+      other >= 8 C T - 2048 >= 30,720 positions: the row's largest values at the sample
+      positions and nothing else at or above the cutoff underflows (fewer than k keys at
+      or above it); k or more such keys succeed (conformance/algorithm_cases.py builds
       exactly such rows: make_controlled, make_samples_hit_top).
     Block mode (n = nv, no sampled path):
     - short (nv <= k <= 2048 < C T): slot 0, or no slot at length 0.
@@ -138,8 +137,7 @@ def reachable(build):
     combos.add((label, "token", 0, DIRECT, NONE))
     for s in range(vectors):
         combos.add((label, "block", s, DIRECT, NONE))
-        combos |= {(label, "token", s, SAMPLED, NONE), (label, "token", s, DIRECT, OVERFLOW),
-                   (label, "token", s, DIRECT, UNDERFLOW)}
+        combos |= {(label, "token", s, SAMPLED, NONE), (label, "token", s, DIRECT, UNDERFLOW)}
     return combos
 
 
@@ -212,7 +210,7 @@ def format_table(reached, builds=None):
         return []
     width = max(normalize_build(b).vectors for b in labels)
     slots = [NO_SLOT] + list(range(width))
-    kinds = [(p, r) for p in (SHORT, DIRECT, SAMPLED) for r in (NONE, OVERFLOW, UNDERFLOW)]
+    kinds = [(p, r) for p in (SHORT, DIRECT, SAMPLED) for r in (NONE, UNDERFLOW)]
     lines = ["staged-vector slot coverage (rows; '.' unreachable, '!' reachable but not reached):",
              f"  {'build':<10} {'mode':<5} {'path':<16}" + "".join(f"{_slot_name(s):>5}" for s in slots)]
     for label in labels:

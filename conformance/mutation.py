@@ -122,7 +122,7 @@ class Campaign:
         if i not in self._base:
             _, logits, lengths, k, mode, build = self.runs[i]
             out, trace = simulate(logits, lengths, k, mode, build=build)
-            problems = check(logits, lengths, k, mode, out) + trace_invariants(logits, lengths, k, mode, trace, build)
+            problems = check(logits, lengths, k, mode, out, strict=True) + trace_invariants(logits, lengths, k, mode, trace, build)
             if problems:
                 raise AssertionError(f"the unmutated model fails run {self.describe(i)}: {problems[:3]}")
             self._base[i] = (out, trace)
@@ -142,7 +142,7 @@ class Campaign:
                 return Outcome(name, True, self.describe(i), f"{type(exc).__name__}: {exc}")
             problems = []
             if not np.array_equal(out, base_out):
-                problems += [f"[{v.reason}] row {v.row}: {v.detail}" for v in check(logits, lengths, k, mode, out)]
+                problems += [f"[{v.reason}] row {v.row}: {v.detail}" for v in check(logits, lengths, k, mode, out, strict=True)]
             if not np.array_equal(trace, base_trace):
                 problems += trace_invariants(logits, lengths, k, mode, trace, build)
             if problems:

@@ -14,13 +14,16 @@ attributes:
 | `takes_build` | False, True | may force a build: `impl(..., build=(cluster, threads, vectors))` (`--build`) |
 | `reports_build` | None, 'last_build' | learns the build it chose itself from its `last_build` attribute after the call (anything `Build.parse` takes); None: unknown, so its trace is checked without a build (a forced build is always known) |
 | `trace_oracle` | 'model', 'invariants' | judges a trace by the whole-row invariants of conformance/trace.py (every field against `expected_trace` once the build is known) and, with 'model', also field by field against the model's trace on the same input and build |
-| `claims` | 'contract' | checks the output against SPEC.md part 1 (issue 16 will add 'canonical', checked in strict mode) |
+| `claims` | 'contract', 'canonical' | 'contract': the output is judged by SPEC.md 1.4's contract (any tie choice, any order: `checker.check`); 'canonical': it must be the canonical answer of SPEC.md 1.4 slot for slot (ties by lowest index, ascending order: `checker.check(..., strict=True)`, reason 'not-canonical'). The suite's `--strict` / `--no-strict` overrides it |
 | `sweep_builds` | False, True | without `--build`, the CLI runs every build (the model: cheap, and every build needs its traces) |
 
-The builtins: 'reference' (out only, no build), 'model' (reference/model.py: traced,
-takes a build, reports `last_build`, and judged by the invariants alone because it is the
-model), 'aot' and 'jit' (the GPU kernel through the ahead-of-time library or the DSL:
-traced, take a build, report `last_build`, compared with the model).
+The builtins: 'reference' (out only, no build; claims the contract, because by default it
+writes its slots by descending key), 'reference-canonical' (the reference with
+canonical=True: the canonical answer, so it claims it), 'model' (reference/model.py:
+traced, takes a build, reports `last_build`, and judged by the invariants alone because it
+is the model), 'aot' and 'jit' (the GPU kernel through the ahead-of-time library or the
+DSL: traced, take a build, report `last_build`, compared with the model). The model and
+the kernel claim the canonical answer (issue 16).
 
 Any other callable can be named as `pkg.module:attr` (`--impl` of the CLI, `get`,
 `record`, `run_suite`): the module is imported and `attr` (dotted for nested attributes)
@@ -33,6 +36,7 @@ with the defaults above; e.g.
     def my_topk(logits_bits, lengths, k, block_mode, build=None): ...
     my_topk.returns_trace = True
     my_topk.takes_build = True
+    my_topk.claims = "canonical"  # judged in strict mode (default: "contract")
 """
 
 import importlib
@@ -47,7 +51,7 @@ class Unavailable(RuntimeError):
 
 REPORTS_BUILD = (None, "last_build")
 TRACE_ORACLES = ("model", "invariants")
-CLAIMS = ("contract",)  # issue 16 adds "canonical"
+CLAIMS = ("contract", "canonical")  # SPEC.md 1.4: the contract, or the canonical answer (strict)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,12 @@ class Record:
                 raise ValueError(f"{self.name!r}: {what} = {value!r} is not one of {allowed}")
         if self.sweep_builds and not self.takes_build:
             raise ValueError(f"{self.name!r}: sweep_builds = True needs takes_build = True")
+
+    @property
+    def strict(self):
+        """Whether the suite judges it in strict mode by default (it claims the canonical
+        answer)."""
+        return self.claims == "canonical"
 
     def require_build(self):
         """Raise ValueError unless a build can be forced on this implementation."""
@@ -179,6 +189,16 @@ def _load_reference():
     return decode_topk_reference
 
 
+def _load_reference_canonical():
+    from decode_topk.reference.topk import decode_topk_reference
+
+    def reference_canonical(logits_bits, lengths, k, block_mode=False):
+        """decode_topk_reference(..., canonical=True): the canonical answer (SPEC.md 1.4)."""
+        return decode_topk_reference(logits_bits, lengths, k, block_mode, canonical=True)
+
+    return reference_canonical
+
+
 def _load_aot():
     # The GPU kernel through the ahead-of-time library (conformance/gpu_impl.py over
     # kernel/aot_loader.py; imports torch, never cutlass): impl(logits_bits, lengths, k,
@@ -222,13 +242,19 @@ def _load_jit():
 
 
 def _register_builtins():
-    register("reference", _load_reference)
+    # The reference's default slot order is by descending key (any order is the contract's);
+    # with canonical=True it gives the canonical answer, which strict mode demands.
+    register("reference", _load_reference, claims="contract")
+    register("reference-canonical", _load_reference_canonical, claims="canonical")
     # The model is the oracle other traces are compared with, so only the independent
-    # whole-row checks judge its own trace.
+    # whole-row checks judge its own trace. The model and the kernel claim the canonical
+    # answer (issue 16: the same output whatever the batch, the build or the run).
     register("model", _Model, returns_trace=True, takes_build=True, reports_build="last_build",
-             trace_oracle="invariants", sweep_builds=True)
-    register("aot", _load_aot, returns_trace=True, takes_build=True, reports_build="last_build")
-    register("jit", _load_jit, returns_trace=True, takes_build=True, reports_build="last_build")
+             trace_oracle="invariants", claims="canonical", sweep_builds=True)
+    register("aot", _load_aot, returns_trace=True, takes_build=True, reports_build="last_build",
+             claims="canonical")
+    register("jit", _load_jit, returns_trace=True, takes_build=True, reports_build="last_build",
+             claims="canonical")
 
 
 _register_builtins()

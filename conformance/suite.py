@@ -2,6 +2,13 @@
 
 Shared by the CLI (`python -m decode_topk.conformance`) and the tests, so that both run exactly the
 same cases the same way.
+
+Two modes of judgement (SPEC.md 1.4): *contract* (checker.check: any tie choice, any
+order) and *strict* (checker.check(..., strict=True): also the canonical answer slot for
+slot, reason 'not-canonical'). An implementation is judged strictly when its record
+claims 'canonical' (registry.py: the model, 'aot', 'jit', 'reference-canonical'), else by
+the contract; `run_suite(strict=...)` (the CLI's --strict / --no-strict) overrides that.
+The summary says which mode the run was judged in.
 """
 
 import difflib
@@ -43,6 +50,8 @@ class SuiteResult:
     impl: str
     level: str
     runs: list = field(default_factory=list)
+    strict: bool = False  # judged in strict mode (the canonical answer), else by the contract
+    claims: str = ""  # the record's claim ("": not from a record, e.g. `ver`)
     seconds: float = 0.0
     skipped: int = 0  # (case, build) pairs whose width exceeds the build's capacity
     slot_problems: list = field(default_factory=list)  # slot_coverage.suite_problems, [] if unchecked
@@ -118,13 +127,14 @@ def _error(reason, exc, k, block_mode):
     return [Violation(-1, reason, detail, {"k": k, "block_mode": block_mode})]
 
 
-def judge(case_name, seed, logits_bits, lengths, k, block_mode, out, seconds=0.0, build=""):
+def judge(case_name, seed, logits_bits, lengths, k, block_mode, out, seconds=0.0, build="", strict=False):
     """The RunResult of one output against the contract (checker.check; an output that is
-    not int32 [rows, k] is one 'bad-output' violation): the suite's and `ver`'s one
-    judgement, so both give the same reasons and repros."""
+    not int32 [rows, k] is one 'bad-output' violation), and with `strict` against the
+    canonical answer too (reason 'not-canonical'): the suite's and `ver`'s one judgement,
+    so both give the same reasons and repros."""
     rows, width = logits_bits.shape
     try:
-        violations = check(logits_bits, lengths, k, block_mode, out)
+        violations = check(logits_bits, lengths, k, block_mode, out, strict=bool(strict))
     except ValueError as exc:
         violations = _error("bad-output", exc, k, block_mode)
     return RunResult(case_name, seed, rows, width, k, block_mode, seconds, violations, build)
@@ -140,13 +150,15 @@ def _ran_build(record, impl, forced):
     return None
 
 
-def run_case(record, impl, case, logits_bits, lengths, k, block_mode, build=None):
+def run_case(record, impl, case, logits_bits, lengths, k, block_mode, build=None, strict=None):
     """Run and check one (case, k, mode[, build]) of the implementation `impl` registered
     with `record` (registry.Record); implementation errors become violations.
 
     build: a Build forced on the implementation (its record must take a build), or None
     for its own choice (then its record says how the build that ran is learned, for the
-    trace checks)."""
+    trace checks). strict: judge in strict mode (the canonical answer); None: as the
+    record claims (`record.strict`)."""
+    strict = record.strict if strict is None else bool(strict)
     rows, width = logits_bits.shape
     build = Build.parse(build) if build is not None else None
     start = time.perf_counter()
@@ -162,14 +174,14 @@ def run_case(record, impl, case, logits_bits, lengths, k, block_mode, build=None
     seconds = time.perf_counter() - start
     label = ran.name if ran is not None else ""
     if not record.returns_trace:
-        return judge(case.name, case.seed, logits_bits, lengths, k, block_mode, result, seconds, label)
+        return judge(case.name, case.seed, logits_bits, lengths, k, block_mode, result, seconds, label, strict)
     if not (isinstance(result, tuple) and len(result) == 2):
         problem = ValueError(f"its record says it returns a trace, so (out, trace) is due, got "
                              f"{type(result).__name__}" + (f" of {len(result)}" if isinstance(result, tuple) else ""))
         return RunResult(case.name, case.seed, rows, width, k, block_mode, seconds,
                          _error("bad-output", problem, k, block_mode), label)
     out, trace = result
-    run = judge(case.name, case.seed, logits_bits, lengths, k, block_mode, out, seconds, label)
+    run = judge(case.name, case.seed, logits_bits, lengths, k, block_mode, out, seconds, label, strict)
     run.violations += compare_traces(record, case, k, block_mode, logits_bits, lengths, trace, build=ran)
     try:
         run.coverage = coverage(trace)
@@ -216,12 +228,27 @@ def _print_coverage(result, stream):
         print(f"  {build or 'own build':<10} path {paths} | fallback {reasons}", file=stream)
 
 
+def judged_line(result):
+    """The summary's line saying which mode the runs were judged in, and why."""
+    if result.strict:
+        mode = "strict (the canonical answer of SPEC.md 1.4 slot for slot: ties by lowest index, ascending order)"
+    else:
+        mode = "contract (SPEC.md 1.4: any tie choice, any order)"
+    if result.claims:
+        overridden = result.strict != (result.claims == "canonical")
+        why = f"{result.impl} claims {result.claims!r}" + (
+            f"; overridden by --{'strict' if result.strict else 'no-strict'}" if overridden else "")
+        mode += f"; {why}"
+    return f"judged: {mode}"
+
+
 def print_summary(result, stream, shown=SHOWN_VIOLATIONS):
     failed = [run for run in result.runs if run.violations]
     _print_coverage(result, stream)
     slot_coverage.print_suite_table(result.runs, stream)
     if result.skipped:
         print(f"skipped: {result.skipped} (case, build) pairs wider than the build's capacity", file=stream)
+    print(judged_line(result), file=stream)
     print(f"total: {len(result.runs)} runs, {len(failed)} failing, {result.violation_count} violations, "
           f"{result.seconds:.1f} s ({result.impl}, level {result.level})", file=stream)
     for line in result.slot_problems:
@@ -233,23 +260,29 @@ def print_summary(result, stream, shown=SHOWN_VIOLATIONS):
             print("  " + format_violation(run, violation), file=stream)
 
 
-def run_suite(impl_name="reference", level="ci", case_filter=None, stream=sys.stdout,
-              shown=SHOWN_VIOLATIONS, builds=None):
+STDOUT = "stdout"  # run_suite's default stream: sys.stdout as it is when called (a test's capture too)
+
+
+def run_suite(impl_name="reference", level="ci", case_filter=None, stream=STDOUT,
+              shown=SHOWN_VIOLATIONS, builds=None, strict=None):
     """Run implementation `impl_name` (a registered name or pkg.module:attr) over every
     case x k x mode of `level` whose name contains `case_filter`; print a table and a
     summary to `stream` (None: silent).
 
     builds: None (the implementation chooses), or a list of builds (anything Build.parse
     takes) forced on it in turn (its record must take a build); a case wider than a
-    build's capacity is skipped on that build."""
-    stream = stream if stream is not None else Silent()
+    build's capacity is skipped on that build.
+    strict: True (judge every output against the canonical answer too), False (the
+    contract only), None (as its record claims: strict for 'canonical')."""
+    stream = sys.stdout if stream is STDOUT else stream if stream is not None else Silent()
     record = registry.record(impl_name)
+    strict = record.strict if strict is None else bool(strict)
     if builds is not None:
         record.require_build()
         builds = [Build.parse(b) for b in builds]
     selected = select_cases(level, case_filter)
     impl = registry.get(impl_name)
-    result = SuiteResult(impl_name, level)
+    result = SuiteResult(impl_name, level, strict=strict, claims=record.claims)
     start = time.perf_counter()
     print(header(builds is not None or record.reports_build is not None), file=stream)
     for case in selected:
@@ -259,7 +292,7 @@ def run_suite(impl_name="reference", level="ci", case_filter=None, stream=sys.st
                 result.skipped += 1
                 continue
             for k, block_mode in case_runs(case):
-                run = run_case(record, impl, case, logits_bits, lengths, k, block_mode, build)
+                run = run_case(record, impl, case, logits_bits, lengths, k, block_mode, build, strict)
                 result.runs.append(run)
                 print(row_line(run), file=stream, flush=True)
     result.seconds = time.perf_counter() - start

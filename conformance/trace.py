@@ -2,11 +2,11 @@
 
 - `expected_trace(logits_bits, lengths, k, block_mode, build)`: the trace every correct
   implementation of SPEC.md part 2 must produce on that build, computed over whole rows
-  with numpy (samples by position, q by formula, cutoff by sorting the samples, G and the
-  capped E by counting, K and A by sorting the row), independently of the cluster model.
+  with numpy (samples by position, q by formula, cutoff by sorting the samples, G and E
+  by counting, K and A by sorting the row), independently of the cluster model.
 - `trace_invariants(logits_bits, lengths, k, block_mode, trace, build=None)`: the problems
   of a trace: shape, -1 fields inconsistent with the path, q, G, kth and above against the
-  row, the fallback reasons against gt + eq; with a build, also every field against
+  row, the fallback reason against gt + eq; with a build, also every field against
   `expected_trace`.
 - `compare_traces(expected, actual)`: field-by-field mismatches, naming row and field (a
   kernel's trace against the model's).
@@ -22,9 +22,8 @@ from .contract import element_keys
 FIELDS = tuple(policy.TRACE_FIELDS)
 PATH, REASON, Q, CUTOFF, GT, EQ, KTH, ABOVE = range(8)
 PATH_NAMES = {0: "short", 1: "sampled", 2: "direct"}
-REASON_NAMES = {0: "none", 1: "overflow", 2: "underflow"}
+REASON_NAMES = {0: "none", 2: "underflow"}  # 1 (overflow) is retired: SPEC.md 2.11
 SAMPLES = policy.SAMPLES
-CAPACITY = policy.SURVIVOR_CAPACITY
 
 
 def q_for(length, k):
@@ -80,13 +79,9 @@ def expected_row_trace(keys, length, k, block_mode, build):
     samples = keys[sample_positions(length, cluster)]
     cutoff = int(np.sort(samples)[SAMPLES - q])
     gt = int(np.count_nonzero(keys > cutoff))
-    eq = 0
-    for start, end in _chunks(nv, cluster):
-        eq += min(int(np.count_nonzero(keys[8 * start: min(8 * end, length)] == cutoff)), k)
+    eq = int(np.count_nonzero(keys == cutoff))
     tr[Q], tr[CUTOFF], tr[GT], tr[EQ] = q, cutoff, gt, eq
-    if gt + min(eq, k) > CAPACITY:
-        tr[REASON] = 1
-    elif gt + eq < k:
+    if gt + eq < k:
         tr[REASON] = 2
     else:
         tr[PATH] = 1
@@ -138,9 +133,9 @@ def _row_problems(keys, length, k, block_mode, tr):
         p.append(f"kth {kth}, the row's k-th largest key is {K}")
     if above != A:
         p.append(f"above {above}, the row has {A} keys above its k-th largest")
-    attempted = path == 1 or reason in (1, 2)
-    if reason not in (0, 1, 2):
-        p.append(f"reason {reason} is not 0, 1 or 2")
+    attempted = path == 1 or reason == 2
+    if reason not in (0, 2):
+        p.append(f"reason {reason} is not 0 or 2")
     if path == 1 and reason != 0:
         p.append(f"sampled row with fallback reason {reason}")
     if block_mode and attempted:
@@ -157,15 +152,14 @@ def _row_problems(keys, length, k, block_mode, tr):
     G = int(np.count_nonzero(keys > cutoff))
     if gt != G:
         p.append(f"gt {gt}, the row has {G} keys above the cutoff {cutoff}")
-    if not 0 <= eq <= int(np.count_nonzero(keys == cutoff)):
-        p.append(f"eq {eq} outside [0, keys equal to the cutoff]")
-    if reason == 1 and not gt + min(eq, k) > CAPACITY:
-        p.append(f"overflow with gt + min(eq, k) = {gt + min(eq, k)} <= {CAPACITY}")
+    E = int(np.count_nonzero(keys == cutoff))
+    if eq != E:
+        p.append(f"eq {eq}, the row has {E} keys equal to the cutoff {cutoff}")
     if reason == 2 and not gt + eq < k:
         p.append(f"underflow with gt + eq = {gt + eq} >= k")
     if reason == 0 and path == 1:
-        if not (k <= gt + eq and gt + min(eq, k) <= CAPACITY):
-            p.append(f"sampled row with gt + eq = {gt + eq} < k or gt + min(eq, k) > {CAPACITY}")
+        if not k <= gt + eq:
+            p.append(f"sampled row with gt + eq = {gt + eq} < k")
         if K < cutoff:
             p.append(f"sampled row with K {K} below the cutoff {cutoff}")
     return p
@@ -203,7 +197,7 @@ def trace_invariants(logits_bits, lengths, k, block_mode, trace, build=None):
 
 
 def coverage(trace):
-    """{'path:short': rows, ..., 'reason:overflow': rows, ...} of a trace."""
+    """{'path:short': rows, ..., 'reason:underflow': rows} of a trace."""
     trace = np.asarray(trace)
     cov = {}
     for p, name in PATH_NAMES.items():

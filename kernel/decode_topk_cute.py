@@ -8,55 +8,55 @@ every value with shared-memory atomics. Real indexer logits crowd a few histogra
 row of 150K logits holds about 200 distinct BF16 values), where those atomics serialize.
 
 What this module computes. DecodeTopK writes, for each row, the indices of its k largest
-elements in any order (exact: every index whose value exceeds the k-th largest, then
-enough of those equal to it), or 0 .. n-1 and -1 padding when the row has at most k
-elements. An element is one BF16 logit (token mode), or the NaN-propagating maximum of an
-aligned group of 8 logits (block mode, the candidate blocks), with the row's newest block
-pinned at +inf and blocks scoring -inf written as -1. Values are compared through an
-order-preserving 16-bit key of their BF16 bits, so ties are exact.
+elements, exactly and canonically (SPEC.md 1.4): every index whose value exceeds the k-th
+largest, then the lowest indices of those equal to it, in ascending index order; or
+0 .. n-1 and -1 padding when the row has at most k elements. An element is one BF16 logit
+(token mode), or the NaN-propagating maximum of an aligned group of 8 logits (block mode,
+the candidate blocks), with the row's newest block pinned at +inf and blocks scoring -inf
+written as -1. Values are compared through an order-preserving 16-bit key of their BF16
+bits, so ties are exact, and the answer is a pure function of the row: not of the batch,
+the build or the run.
 
 How. One thread block cluster of C CTAs per row: 8 CTAs of 512 threads while every row's
 cluster can be resident at once, else 4 of 1024 (a second wave of clusters would nearly
 double the time). Each CTA copies one contiguous chunk of the row into shared memory, as
 16-byte vectors (8 logits, or one block); the chunks split the row's valid length, not its
-width. A thread stages 8 vectors and keeps them in registers too, so a cluster holds
-262,144 logits. Wider rows need more: at a 1M context the ratio-2 layers' logits are
-524,288 wide, and a second build stages 16 vectors a thread at 8 CTAs, the other 8 in
-shared memory only. The candidate source layer scores every token (ratio 1), 1,048,576 at
-a 1M context, so a third build runs 16 CTAs a row (a non-portable cluster size, which CuTe
-DSL allows on every kernel) with 16 vectors a thread. Rows of the wide builds run in waves
-when they outnumber the resident clusters; the 16-CTA build takes at most two waves
-(supports_decode_topk). Two ways to the answer:
+width. A thread stages 8 vectors and keeps their tops (largest keys) in registers, so a
+cluster holds 262,144 logits. Wider rows need more: a second build stages 16 vectors a
+thread at 8 CTAs (524,288), a third runs 16 CTAs a row (a non-portable cluster size) with
+16 vectors a thread (1,048,576). Rows of the wide builds run in waves when they outnumber
+the resident clusters; the 16-CTA build takes at most two waves (supports_decode_topk).
+
+Every CTA selects over its own chunk, with no CTA funnelling the row (SPEC.md 2.5): it
+queues the vectors that can hold a key >= lo, histograms their keys' high bytes, and adds
+its histogram into every CTA's cluster total and into the prefix of every CTA after it
+(DSMEM reductions); after a cluster barrier every CTA reads the same total, so the same
+high byte of the k-th largest key; a second pass does the low byte. Then every CTA writes
+its own selected keys: a key's slot is the count of selected keys at lower indices, from
+the prefix over the CTAs before it and a scan over its own queue in index order. No atomic
+decides which equal key is kept or where an index goes. Two values of lo:
 
 Sampled (token rows longer than one vector a thread)::
 
-    sample the row ──► every CTA: the same cutoff (the q-th largest of the row's
-    2048 samples, q aiming at k + 2560 survivors)
-        └► keep keys > cutoff and up to k keys == cutoff, push both to CTA 0
-        └► CTA 0: exact k-th largest among <= 8192 survivors (two 8-bit radix
-           passes), write k indices
+    every CTA reads the row's 2048 samples ──► the same cutoff in every CTA (the q-th
+    largest sample, q aiming at k + 2560 keys at or above it)
+        └► the selection among the keys >= cutoff (two passes, two cluster barriers)
+        └► fewer than k of them (underflow): the direct path
 
-Direct (block mode, short token rows, and a sample that misjudged the row: more than 8192
-survivors, or fewer than k at or above the cutoff): the exact k-th largest key from two
-cluster-wide 8-bit radix histograms, then every CTA writes its own selected indices
-straight to the output.
+Direct (block mode, short token rows, and an underflowed sampled row): the selection
+among every key (lo = 0).
 
-Both filter the same way: a thread tests each of its vectors' maximum against the cutoff,
-the vectors that can hold selected keys go to a CTA queue, and the CTA's threads unpack
-the queued vectors evenly; a CTA scan gives each thread its output slots and one cluster
-atomic reserves the CTA's range, so no key costs an atomic. Whole-row histograms spread
-each warp's atomics over 8 copies (lane l counts into copy l mod 8), since a crowded bin
-serializes the atomics on its word; the radix selects over the few thousand samples or
-survivors count into one histogram, where the copies' zeroing and summing cost more than
-they save.
+Whole-chunk histograms spread each warp's atomics over 8 copies (lane l counts into copy
+l mod 8), since a crowded bin serializes the atomics on its word; the radix select over
+the 2048 samples counts into one histogram.
 
-Synchronization. Cluster barriers separate the phases: every CTA has started and zeroed
-its counters before any distributed shared memory access; samples are complete before the
-cutoff; survivors are complete before CTA 0 reads them; histogram contributions are
-complete before they are read; and CTA 0 waits until every peer is done with its shared
-memory before it exits. The kernel waits on its predecessor grid before reading inputs and
-lets its dependents launch once its chunk is in shared memory (programmatic dependent
-launch).
+Synchronization. The first cluster barrier is split: a thread arrives once it has zeroed
+its share of the counters and waits after staging, before any DSMEM access, so no CTA
+reduces into a peer that has not zeroed. Each histogram exchange ends with a cluster
+barrier before any total is read. There is no closing barrier: after its last barrier no
+CTA touches a peer's shared memory. The kernel waits on its predecessor grid before
+reading inputs and lets its dependents launch once its chunk is in shared memory
+(programmatic dependent launch).
 
 SPEC.md (part 2) fixes every constant of the algorithm; reference/model.py simulates it
 CTA by CTA, and the trace variant of this kernel (trace=True) reports per row what the
@@ -69,7 +69,7 @@ import threading
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32, Int64, Uint32, Uint64, const_expr
+from cutlass import Int32, Int64, Uint32, const_expr
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
@@ -88,7 +88,6 @@ from .policy import (
     PROFILE_STAMPS,
     SAMPLES,
     SURVIVOR_AIM,
-    SURVIVOR_CAPACITY,
     TRACE_FIELDS,
     WAVES_16,
     Build,
@@ -121,7 +120,11 @@ __all__ = [
 ]
 
 SELECT_BATCH = 4  # radix selects: keys a thread loads before it counts any
-HIST_COPIES = 8  # whole-row histograms: lane l counts into copy l mod 8
+HIST_COPIES = 8  # the selection's histograms: lane l counts into copy l mod 8
+EXCHANGES = 3  # histogram exchanges a row can need: 2 (sampled or direct), 3 (underflow, then direct)
+# Words of the "misc" region (byte offsets): the trace's cluster-wide gt and eq counters
+# (CTA 0's), the result of select (bin, above, total), the queue's length, the prefixes.
+MISC_TRACE, MISC_SELECT, MISC_QUEUED, MISC_PREFIX = 0, 16, 32, 40
 
 
 # ---------------------------------------------------------------------------------------
@@ -228,38 +231,6 @@ def peer_address(address: Int32, rank: Int32, *, loc=None, ip=None) -> Int32:
 
 
 @dsl_user_op
-def cluster_store_u16(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=None):
-    """Store the low half of a word to cluster shared memory if predicate != 0."""
-    _asm(None, [Int32(address), Int32(value), Int32(predicate)],
-         "{\n.reg .pred p;\n.reg .b16 t;\nsetp.ne.s32 p, $2, 0;\ncvt.u16.u32 t, $1;\n"
-         "@p st.shared::cluster.u16 [$0], t;\n}", "r,r,r,~{memory}", loc, ip)
-
-
-@dsl_user_op
-def cluster_store_u32(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=None):
-    """Store a 32-bit word to cluster shared memory if predicate != 0."""
-    _asm(None, [Int32(address), Int32(value), Int32(predicate)],
-         "{\n.reg .pred p;\nsetp.ne.s32 p, $2, 0;\n@p st.shared::cluster.u32 [$0], $1;\n}",
-         "r,r,r,~{memory}", loc, ip)
-
-
-@dsl_user_op
-def cluster_store_u32x2(address: Int32, first: Int32, second: Int32, predicate: Int32, *, loc=None, ip=None):
-    """Store two 32-bit words to an 8-byte aligned cluster shared address if predicate != 0
-    (one DSMEM store for a survivor's index and key, not two)."""
-    _asm(None, [Int32(address), Int32(first), Int32(second), Int32(predicate)],
-         "{\n.reg .pred p;\nsetp.ne.s32 p, $3, 0;\n@p st.shared::cluster.v2.u32 [$0], {$1, $2};\n}",
-         "r,r,r,r,~{memory}", loc, ip)
-
-
-@dsl_user_op
-def cluster_load(address: Int32, *, loc=None, ip=None) -> Int32:
-    """Load a cluster shared word."""
-    return Int32(_asm(T.i32(), [Int32(address)], "ld.shared::cluster.u32 $0, [$1];",
-                      "=r,r,~{memory}", loc, ip))
-
-
-@dsl_user_op
 def cluster_red(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=None):
     """Atomic add to a cluster shared word if predicate != 0 (no return value)."""
     _asm(None, [Int32(address), Int32(value), Int32(predicate)],
@@ -268,12 +239,19 @@ def cluster_red(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=
 
 
 @dsl_user_op
-def cluster_add_u64(address: Int32, value: Uint64, *, loc=None, ip=None) -> Uint64:
-    """Atomic add to an 8-byte aligned cluster shared word pair; returns the old pair.
-    (One atomic reserves two ranges: the low word counts gt keys, the high word eq keys.)"""
-    return Uint64(_asm(T.i64(), [Int32(address), Uint64(value)],
-                       "atom.relaxed.cluster.shared::cluster.add.u64 $0, [$1], $2;",
-                       "=l,r,l,~{memory}", loc, ip))
+def load_u16(address: Int64, predicate: Int32, *, loc=None, ip=None) -> Int32:
+    """A 16-bit global half word (read-only path), zero-extended, if predicate != 0, else 0."""
+    return Int32(_asm(T.i32(), [Int64(address), Int32(predicate)],
+                      "{\n.reg .pred p;\n.reg .b16 t;\nmov.b16 t, 0;\nsetp.ne.s32 p, $2, 0;\n"
+                      "@p ld.global.nc.u16 t, [$1];\ncvt.u32.u16 $0, t;\n}", "=r,l,r,~{memory}", loc, ip))
+
+
+@dsl_user_op
+def ballot(predicate: Int32, *, loc=None, ip=None) -> Int32:
+    """The warp's lanes whose predicate != 0, one bit a lane (every lane must execute it)."""
+    return Int32(_asm(T.i32(), [Int32(predicate)],
+                      "{\n.reg .pred p;\nsetp.ne.s32 p, $1, 0;\nvote.sync.ballot.b32 $0, p, 0xffffffff;\n}",
+                      "=r,r", loc, ip))
 
 
 @dsl_user_op
@@ -401,7 +379,8 @@ def _pick(condition, a, b):
 @cute.jit
 def select_bin(hist: Int32, q: Int32, result: Int32, lane: Int32):
     """Warp 0: the bin b of a 256-bin histogram holding the q-th largest key (counting from
-    the top bin) and the count above it, stored at result[0], result[1]. Lane l sums the 8
+    the top bin) and the count above it, stored at result[0], result[1] when q <= the
+    histogram's total, and that total at result[2]. Lane l sums the 8
     bins 255 - 8l .. 248 - 8l, an inclusive shuffle scan over lanes gives the counts from the
     top, and the one lane whose range holds q walks its bins."""
     top = 255 - 8 * lane
@@ -414,6 +393,8 @@ def select_bin(hist: Int32, q: Int32, result: Int32, lane: Int32):
         other = shfl_up(inclusive, 1 << i)
         inclusive = _pick(lane >= (1 << i), inclusive + other, inclusive)
     above = inclusive - total
+    if lane == 31:
+        shared_store_u32(result + 8, inclusive)  # the histogram's total
     if (above < q) & (q <= inclusive):
         found = Int32(-1)
         found_above = Int32(0)
@@ -464,11 +445,12 @@ class DecodeTopK:
         self.load_batch = 2 if self.threads == 1024 else (4 if vector_count == 16 else 8)
         slots = self.threads * vector_count
         # Shared memory, byte offsets; every size is a multiple of 16, so each region keeps
-        # the stage's 16-byte alignment (the pairs need 8). "copies" .. "misc" are zeroed at
-        # the start, before the first cluster barrier.
-        regions = (("stage", slots * 16), ("copies", 256 * HIST_COPIES * 4), ("hist1", 1024),
-                   ("hist2", 1024), ("select", 1024), ("pairs", 16), ("scan", 2 * 32 * 4), ("misc", 64),
-                   ("survivors", SURVIVOR_CAPACITY * 8),
+        # the stage's 16-byte alignment. "copies" .. "misc" are zeroed at the start, before
+        # the cluster barrier's arrive. "exchange" holds three histogram exchanges (2.5; a
+        # sampled attempt uses 0 and 1, a direct path the next two), each a 256-bin total
+        # and a 256-bin prefix of the lower ranks.
+        regions = (("stage", slots * 16), ("copies", 256 * HIST_COPIES * 4), ("exchange", EXCHANGES * 2048),
+                   ("misc", 64), ("select", 1024), ("scan", 2 * 33 * 4 + 8), ("grid", 1024),
                    ("samples", SAMPLES * 2), ("queue", slots * 2))
         self.offsets = {}
         offset = 0
@@ -476,7 +458,7 @@ class DecodeTopK:
             self.offsets[name] = offset
             offset += size
         self.smem_bytes = offset
-        self.zero_words = (self.offsets["survivors"] - self.offsets["copies"]) // 4
+        self.zero_words = (self.offsets["select"] - self.offsets["copies"]) // 4
 
     # -- host call ---------------------------------------------------------------------
     @cute.jit
@@ -512,6 +494,9 @@ class DecodeTopK:
             word = w * nt + tid
             if word < self.zero_words:
                 shared_store_u32(sm["copies"] + word * 4, Int32(0))
+        # The first cluster barrier, split: this thread has zeroed its words (arrive has
+        # release semantics); the wait, after staging, comes before any DSMEM access.
+        cute.arch.cluster_arrive()
 
         cute.arch.griddepcontrol_wait()
         width = logits.shape[1]
@@ -530,8 +515,14 @@ class DecodeTopK:
         count = ((rank + 1) * nv) // C - start
         row_logits = logits.iterator.toint() + Int64(row) * Int64(logits.layout.stride[0]) * 2
         out_row = out.iterator.toint() + Int64(row) * (k * 4)
+        sampled = Int32(0)
+        if const_expr(not self.block_mode):
+            sampled = _pick((n > k) & (nv > C * nt), 1, 0)
         self.stamp(trace_row, rank, tid, "inputs")
 
+        # The sampled row's 2048 samples, read by every CTA from global memory (2.4); their
+        # loads are in flight with the first staging batch, their stores follow it.
+        samples = self.load_samples(tid, row_logits, nv, length, sampled)
         # Issue a batch of loads before the first store: the asm statements keep their
         # order, so a store right after its load would make every load wait for the last.
         tops = []
@@ -548,10 +539,13 @@ class DecodeTopK:
                     shared_store_u32x4(sm["stage"] + i * 16, words)
                     top = self.vector_top(words, valid, i < count, g, nv)
                 tops.append(top)
+            if const_expr(batch == 0):
+                for r, key in samples:
+                    shared_store_u16(sm["samples"] + (r * nt + tid) * 2, key, sampled)
         cute.arch.sync_threads()
         self.stamp(trace_row, rank, tid, "staged")
         cute.arch.griddepcontrol_launch_dependents()
-        cluster_sync()  # every CTA has started and zeroed its counters
+        cute.arch.cluster_wait()  # every CTA has started and zeroed its counters
         self.stamp(trace_row, rank, tid, "started")
 
         # The trace (trace builds): CTA 0's thread 0 writes the short row's fields now and
@@ -562,49 +556,32 @@ class DecodeTopK:
             self.short(sm, tid, rank, tops, start, count, length, n, out_row)
         else:
             direct = Int32(1)
-            sampled = False if const_expr(self.block_mode) else nv > C * nt
-            if sampled:
+            if sampled == 1:
                 aim = SAMPLES * (k + SURVIVOR_AIM)
                 q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(1), (aim + length - 1) // length))
-                self.push_samples(sm, tid, rank, start, count, length)
-                cluster_sync()  # samples complete before the cutoff
-                self.stamp(trace_row, rank, tid, "samples")
-                cutoff, unused = self.radix_select(sm, tid, sm["samples"], 2, Int32(SAMPLES), Int32(SAMPLES),
-                                                   Int32(0), q)
+                cutoff, unused = self.radix_select(sm, tid, sm["samples"], 2, Int32(SAMPLES), q)
                 self.record(trace_row, rank, tid, "q", q)
                 self.record(trace_row, rank, tid, "cutoff", cutoff)
                 self.stamp(trace_row, rank, tid, "cutoff")
-                self.gather(sm, tid, tops, cutoff, start, length, nv, Int32(0), Int32(0), Int64(0), True,
-                            trace_row, rank)
-                cluster_sync()  # survivors complete before CTA 0 reads them
-                self.stamp(trace_row, rank, tid, "survivors")
-                pair = peer_address(sm["pairs"], Int32(0))
-                gt = cluster_load(pair)
-                eq = cluster_load(pair + 4)
-                # CTA 0 holds the cluster's first k eq survivors only (SPEC.md 2.4): a
-                # cutoff value repeated across the CTAs no longer overflows the buffer.
-                kept = gt + cutlass.min(eq, Int32(k))
-                reason = _pick(kept > SURVIVOR_CAPACITY, 1, _pick(gt + eq < k, 2, 0))
-                self.record(trace_row, rank, tid, "gt", gt)
-                self.record(trace_row, rank, tid, "eq", eq)
-                self.record(trace_row, rank, tid, "reason", reason)
-                if reason == 0:
+                underflow, kth, above = self.select_write(sm, tid, lane, rank, tops, cutoff, sm["exchange"],
+                                                          start, count, length, nv, out_row, trace_row, True)
+                self.record(trace_row, rank, tid, "reason", underflow * 2)
+                if underflow == 0:
                     direct = Int32(0)
-                    if rank == 0:
-                        kth, above = self.radix_select(sm, tid, sm["survivors"] + 4, 8, kept, gt,
-                                                       SURVIVOR_CAPACITY - kept, Int32(k))
-                        self.stamp(trace_row, rank, tid, "survivor_kth")
-                        self.emit(sm, tid, gt, kept - gt, kth, above, out_row)
-                        self.stamp(trace_row, rank, tid, "emitted")
-                        self.record(trace_row, rank, tid, "path", Int32(1))
-                        self.record(trace_row, rank, tid, "kth", kth)
-                        self.record(trace_row, rank, tid, "above", above)
+                    self.record(trace_row, rank, tid, "path", Int32(1))
+                    self.record(trace_row, rank, tid, "kth", kth)
+                    self.record(trace_row, rank, tid, "above", above)
             if direct == 1:
-                kth, above = self.direct(sm, tid, lane, rank, tops, start, count, length, nv, out_row, trace_row)
+                # Exchanges 0 and 1, or 1 and 2 after an underflow (which used only 0).
+                unused_under, kth, above = self.select_write(sm, tid, lane, rank, tops, Int32(0),
+                                                             sm["exchange"] + sampled * 2048, start, count, length,
+                                                             nv, out_row, trace_row, False)
                 self.record(trace_row, rank, tid, "path", Int32(2))
                 self.record(trace_row, rank, tid, "kth", kth)
                 self.record(trace_row, rank, tid, "above", above)
-        cluster_sync()  # no CTA exits while a peer may still touch its shared memory
+        # No closing barrier: a CTA's last DSMEM access precedes the last cluster barrier
+        # it passes, every CTA passes the same ones (each decision is made from the same
+        # cluster totals), and after it no CTA touches a peer's shared memory.
         self.stamp(trace_row, rank, tid, "end")
 
     def record(self, trace_row, rank, tid, field, value):
@@ -676,65 +653,69 @@ class DecodeTopK:
             store_s32(out_row + Int64(j) * 4, Int32(-1), Int32(1))
 
     # -- sampling ----------------------------------------------------------------------
-    @cute.jit
-    def push_samples(self, sm, tid, rank, start, count, length):
-        """Sample j of this CTA is the logit at chunk offset ((2j + 1) m) // (2 S) of its m
-        valid logits; its key goes to slot rank * S + j of every CTA's samples."""
+    def load_samples(self, tid, row_logits, nv, length, sampled):
+        """Issue this thread's loads of the row's samples (if sampled): sample x = c S + j
+        (S = 2048 / C, thread tid takes x = r T + tid) is the logit at chunk offset
+        ((2j + 1) m_c) // (2 S) of CTA c's m_c valid logits (SPEC.md 2.4), the same 2048
+        in every CTA. Returns [(r, key)] for the stores after the first staging batch."""
         per = self.samples_per_cta
-        if tid < per:
-            m = cutlass.min((start + count) * 8, length) - start * 8
-            p = ((2 * tid + 1) * m) // (2 * per)
-            key = order_key(shared_load_u16(sm["stage"] + (p >> 3) * 16 + (p & 7) * 2))
-            slot = sm["samples"] + (rank * per + tid) * 2
-            for c in cutlass.range_constexpr(self.cluster):
-                cluster_store_u16(peer_address(slot, Int32(c)), key, Int32(1))
+        C = self.cluster
+        loaded = []
+        for r in range(SAMPLES // self.threads):
+            x = r * self.threads + tid
+            c = x // per
+            j = x - c * per
+            first = (c * nv) // C
+            m = cutlass.min((((c + 1) * nv) // C) * 8, length) - first * 8
+            p = first * 8 + ((2 * j + 1) * m) // (2 * per)
+            loaded.append((r, load_u16(row_logits + Int64(p) * 2, sampled)))
+        return [(r, order_key(bits)) for r, bits in loaded]
 
     # -- CTA-wide building blocks ------------------------------------------------------
     @cute.jit
-    def scan2(self, sm, tid, a, b):
-        """Exclusive CTA prefix sums of a and b over the threads, and their totals:
-        (prefix_a, prefix_b, total_a, total_b). Warp shuffles, then every thread adds the
-        warp sums below its own; the closing barrier frees the scratch for the next scan."""
+    def scan(self, sm, tid, value, parity):
+        """(exclusive CTA prefix sum of value over the threads, the CTA total). Warp
+        shuffles; warp 0 scans the warp sums. Two barriers; the scratch alternates with
+        parity (0 or 1), so a call may follow the previous one without a third."""
         lane = tid & 31
         warp = tid >> 5
-        ia = a
-        ib = b
+        scratch = sm["scan"] + parity * (33 * 4)
+        inclusive = value
         for i in cutlass.range_constexpr(5):
-            oa = shfl_up(ia, 1 << i)
-            ob = shfl_up(ib, 1 << i)
-            ia = _pick(lane >= (1 << i), ia + oa, ia)
-            ib = _pick(lane >= (1 << i), ib + ob, ib)
+            other = shfl_up(inclusive, 1 << i)
+            inclusive = _pick(lane >= (1 << i), inclusive + other, inclusive)
         if lane == 31:
-            shared_store_u32(sm["scan"] + warp * 4, ia)
-            shared_store_u32(sm["scan"] + (32 + warp) * 4, ib)
+            shared_store_u32(scratch + warp * 4, inclusive)
         cute.arch.sync_threads()
-        pa = ia - a
-        pb = ib - b
-        ta = Int32(0)
-        tb = Int32(0)
-        for w in cutlass.range_constexpr(self.threads // 32):
-            sa = shared_load_u32(sm["scan"] + w * 4)
-            sb = shared_load_u32(sm["scan"] + (32 + w) * 4)
-            pa = _pick(w < warp, pa + sa, pa)
-            pb = _pick(w < warp, pb + sb, pb)
-            ta = ta + sa
-            tb = tb + sb
+        if warp == 0:
+            # Every lane reads only the word it writes below (a lane past the warps reads a
+            # spare word and counts 0): a clamped address made lanes 16-31 read the word lane
+            # 15 then wrote, which racecheck reports as a warp-level WAR hazard.
+            sums = _pick(lane < self.threads // 32, shared_load_u32(scratch + lane * 4), 0)
+            below = sums
+            for i in cutlass.range_constexpr(5):
+                other = shfl_up(below, 1 << i)
+                below = _pick(lane >= (1 << i), below + other, below)
+            shared_store_u32(scratch + lane * 4, below - sums)
+            if lane == 31:
+                shared_store_u32(scratch + 32 * 4, below)
         cute.arch.sync_threads()
-        return pa, pb, ta, tb
+        return inclusive - value + shared_load_u32(scratch + warp * 4), shared_load_u32(scratch + 32 * 4)
 
     @cute.jit
     def select(self, sm, tid, hist, q):
-        """(bin, count above) of the q-th largest in a 256-bin histogram, for every thread."""
+        """(bin, count above, total) of the q-th largest in a 256-bin histogram, for every
+        thread; bin and above are meaningful only when q <= total."""
         if tid < 32:
-            select_bin(hist, q, sm["misc"] + 4, tid)
+            select_bin(hist, q, sm["misc"] + MISC_SELECT, tid)
         cute.arch.sync_threads()
-        return shared_load_u32(sm["misc"] + 4), shared_load_u32(sm["misc"] + 8)
+        return (shared_load_u32(sm["misc"] + MISC_SELECT), shared_load_u32(sm["misc"] + MISC_SELECT + 4),
+                shared_load_u32(sm["misc"] + MISC_SELECT + 8))
 
     @cute.jit
-    def radix_select(self, sm, tid, keys, stride, count, gap_at, gap, q):
-        """The q-th largest of count keys (shared Uint16 stride bytes apart; 1 <= q <= count;
-        entries at or past gap_at sit gap slots further on) and the count of keys above it:
-        two 8-bit passes over one histogram."""
+    def radix_select(self, sm, tid, keys, stride, count, q):
+        """The q-th largest of count keys (shared Uint16 stride bytes apart; 1 <= q <=
+        count) and the count of keys above it: two 8-bit passes over one histogram."""
         hist = sm["select"]
         lane = tid & 31
         if tid < 256:
@@ -751,9 +732,7 @@ class DecodeTopK:
                 batch = []
                 for b in cutlass.range_constexpr(SELECT_BATCH):
                     j = first + b * self.threads + tid
-                    clamped = cutlass.min(j, count - 1)
-                    address = keys + (clamped + _pick(clamped >= gap_at, gap, 0)) * stride
-                    batch.append((shared_load_u16(address), _pick(j < count, 1, 0)))
+                    batch.append((shared_load_u16(keys + cutlass.min(j, count - 1) * stride), _pick(j < count, 1, 0)))
                 for key, valid in batch:
                     if const_expr(second == 0):
                         hist_add(hist, key >> 8, valid, lane, 1)
@@ -761,195 +740,236 @@ class DecodeTopK:
                         hist_add(hist, key & 255, valid & _pick((key >> 8) == high, 1, 0), lane, 1)
             cute.arch.sync_threads()
             if const_expr(second == 0):
-                high, above_high = self.select(sm, tid, hist, q)
+                high, above_high, unused = self.select(sm, tid, hist, q)
                 if tid < 256:
                     shared_store_u32(hist + tid * 4, Int32(0))
                 cute.arch.sync_threads()
-        low, above_low = self.select(sm, tid, hist, q - above_high)
+        low, above_low, unused = self.select(sm, tid, hist, q - above_high)
         return (high << 8) | low, above_high + above_low
 
-    # -- the direct path ---------------------------------------------------------------
+    # -- the selection (both paths) ----------------------------------------------------
     @cute.jit
-    def count_vector(self, sm, tid, lane, tops, start, count, length, nv, high, second: cutlass.Constexpr):
-        """Count the chunk's keys into the 8-copy histogram: the first pass by high byte,
-        the second by low byte of the keys whose high byte is high."""
-        for s in cutlass.range_constexpr(self.vectors):
-            i = s * self.threads + tid
-            # Skip slots whose warp holds no vector; the test is the warp's first lane's,
-            # so whole warps skip (hist_add needs every lane of a warp).
-            if s * self.threads + (tid - lane) < count:
-                exists = _pick(i < count, 1, 0)
-                if const_expr(self.block_mode):
-                    elements = [(tops[s], exists)]
-                else:
-                    words = self.vector_words(sm, i)
-                    elements = [(key, exists & ok) for key, ok, unused in
-                                self.elements(words, start + i, length, nv)]
-                for e in cutlass.range_constexpr(len(elements)):
-                    key, ok = elements[e]
-                    if const_expr(not second):
-                        hist_add(sm["copies"], key >> 8, ok, lane, HIST_COPIES)
-                    else:
-                        hist_add(sm["copies"], key & 255, ok & _pick((key >> 8) == high, 1, 0), lane,
-                                 HIST_COPIES)
+    def scan_grid(self, sm, tid, lane):
+        """Warp 0: the exclusive prefix sums, in place, of the V x T/32 (slot, warp) counts
+        in "grid" (4 or 8 a lane), and their total into misc; then a barrier."""
+        per_lane = self.vectors * (self.threads // 32) // 32
+        if tid < 32:
+            counts = [shared_load_u32(sm["grid"] + (lane * per_lane + j) * 4) for j in range(per_lane)]
+            total = Int32(0)
+            for j in cutlass.range_constexpr(per_lane):
+                total = total + counts[j]
+            inclusive = total
+            for i in cutlass.range_constexpr(5):
+                other = shfl_up(inclusive, 1 << i)
+                inclusive = _pick(lane >= (1 << i), inclusive + other, inclusive)
+            acc = inclusive - total
+            for j in cutlass.range_constexpr(per_lane):
+                shared_store_u32(sm["grid"] + (lane * per_lane + j) * 4, acc)
+                acc = acc + counts[j]
+            if lane == 31:
+                shared_store_u32(sm["misc"] + MISC_QUEUED, inclusive)
+        cute.arch.sync_threads()
 
     @cute.jit
-    def push_histogram(self, sm, tid, target):
-        """Sum the 8 copies of each bin (zeroing them for the next pass) and add the non-zero
-        bins into target of every CTA."""
+    def queue_vectors(self, sm, tid, lane, tops, cutoff):
+        """Queue this CTA's vectors that can hold a key >= cutoff (by top), in ascending
+        local index i = s T + 32 w + l: a ballot a warp and slot, a scan of their counts in
+        (slot, warp) order, and each lane's place among its warp's hits. Returns the queue's
+        length. Why not a per-thread scan: that orders the queue by thread, then slot, which
+        is not index order, and the ranked write needs index order (SPEC.md 2.7)."""
+        warps = self.threads // 32
+        warp = tid >> 5
+        for s in cutlass.range_constexpr(self.vectors):
+            hits = ballot(_pick(tops[s] >= cutoff, 1, 0))
+            if lane == 0:
+                shared_store_u32(sm["grid"] + (s * warps + warp) * 4, popc(hits))
+        cute.arch.sync_threads()
+        self.scan_grid(sm, tid, lane)
+        below = (Int32(1) << lane) - 1  # the lanes below this one
+        for s in cutlass.range_constexpr(self.vectors):
+            hit = _pick(tops[s] >= cutoff, 1, 0)
+            hits = ballot(hit)
+            slot = shared_load_u32(sm["grid"] + (s * warps + warp) * 4) + popc(hits & below)
+            shared_store_u16(sm["queue"] + slot * 2, s * self.threads + tid, hit)
+        queued = shared_load_u32(sm["misc"] + MISC_QUEUED)
+        cute.arch.sync_threads()
+        return queued
+
+    @cute.jit
+    def tally(self, sm, tid, queued, lo, start, length, nv):
+        """Trace builds: this thread's keys > lo and == lo over the queue (the trace's gt and
+        eq), in a loop of its own so that the passes keep their registers."""
+        gt = Int32(0)
+        eq = Int32(0)
+        for entry in cutlass.range(tid, queued, self.threads):
+            i = shared_load_u16(sm["queue"] + entry * 2)
+            for key, ok, unused in self.elements(self.vector_words(sm, i), start + i, length, nv):
+                gt = gt + (ok & _pick(key > lo, 1, 0))
+                eq = eq + (ok & _pick(key == lo, 1, 0))
+        return gt, eq
+
+    @cute.jit
+    def count_queued(self, sm, tid, lane, queued, lo, high, start, length, nv, second: cutlass.Constexpr,
+                     everything: cutlass.Constexpr):
+        """A histogram pass over the queue into the 8-copy histogram: round r hands entry
+        r T + t to thread t. Keys below lo are not counted; the first pass counts high
+        bytes, the second the low bytes of the keys whose high byte is high. everything: the
+        direct path's queue, every vector of the chunk (entry e is vector e; no queue)."""
+        for first in cutlass.range(0, queued, self.threads):
+            entry = first + tid
+            present = _pick(entry < queued, 1, 0)
+            i = self.queue_entry(sm, entry, queued, everything)
+            for key, ok, unused in self.elements(self.vector_words(sm, i), start + i, length, nv):
+                ok = ok & present & _pick(key >= lo, 1, 0)
+                if const_expr(second):
+                    hist_add(sm["copies"], key & 255, ok & _pick((key >> 8) == high, 1, 0), lane, HIST_COPIES)
+                else:
+                    hist_add(sm["copies"], key >> 8, ok, lane, HIST_COPIES)
+
+    def queue_entry(self, sm, entry, queued, everything):
+        """The local vector of queue entry `entry` (clamped to the last one, so that the
+        lanes past the queue's end read a staged vector and count nothing)."""
+        last = cutlass.min(entry, queued - 1)
+        if const_expr(everything):
+            return last
+        return shared_load_u16(sm["queue"] + last * 2)
+
+    @cute.jit
+    def exchange(self, sm, tid, rank, buffer):
+        """Sum the 8 copies of each bin (zeroing them for the next pass) and add each
+        non-zero bin into the total of every CTA and into the prefix of every higher rank
+        (DSMEM reductions): after the next cluster barrier every CTA holds the cluster's
+        histogram and the histogram of the CTAs before it. A reduction sums counts and
+        decides nothing, so its order cannot change the answer."""
         if tid < 256:
             total = Int32(0)
             for c in cutlass.range_constexpr(HIST_COPIES):
                 address = sm["copies"] + (tid * HIST_COPIES + c) * 4
                 total = total + shared_load_u32(address)
                 shared_store_u32(address, Int32(0))
+            nonzero = _pick(total > 0, 1, 0)
             for p in cutlass.range_constexpr(self.cluster):
-                cluster_red(peer_address(target + tid * 4, Int32(p)), total, _pick(total > 0, 1, 0))
+                cluster_red(peer_address(buffer + tid * 4, Int32(p)), total, nonzero)
+                if const_expr(p > 0):
+                    cluster_red(peer_address(buffer + 1024 + tid * 4, Int32(p)), total,
+                                nonzero & _pick(rank < p, 1, 0))
 
     @cute.jit
-    def direct(self, sm, tid, lane, rank, tops, start, count, length, nv, out_row, trace_row):
-        """Direct path: the exact cutoff, then every CTA writes its keys above it and its
-        share of the keys equal to it straight to the output. Returns (k-th key, above)."""
-        kth, above = self.exact_cutoff(sm, tid, lane, tops, start, count, length, nv, trace_row, rank)
-        self.gather(sm, tid, tops, kth, start, length, nv, self.k - above, above, out_row, False, trace_row, rank)
-        return kth, above
-
-    @cute.jit
-    def exact_cutoff(self, sm, tid, lane, tops, start, count, length, nv, trace_row, rank):
-        """The row's exact k-th largest key and how many keys exceed it, from two
-        cluster-wide 8-bit radix histograms."""
-        self.count_vector(sm, tid, lane, tops, start, count, length, nv, Int32(-1), False)
+    def prefix(self, sm, tid, lane, buffer, high, low):
+        """(keys > K, keys == K) of the CTAs before this one, K = (high << 8) | low: the
+        prefix bins above high of the first pass, above low of the second, and low's."""
+        if tid < 32:
+            acc = Int32(0)
+            for j in cutlass.range_constexpr(8):
+                b = lane * 8 + j
+                acc = acc + _pick(b > high, shared_load_u32(buffer + 1024 + b * 4), 0)
+                acc = acc + _pick(b > low, shared_load_u32(buffer + 2048 + 1024 + b * 4), 0)
+            for i in cutlass.range_constexpr(5):
+                other = shfl_up(acc, 1 << i)
+                acc = _pick(lane >= (1 << i), acc + other, acc)
+            if lane == 31:
+                shared_store_u32(sm["misc"] + MISC_PREFIX, acc)
+                shared_store_u32(sm["misc"] + MISC_PREFIX + 4, shared_load_u32(buffer + 2048 + 1024 + low * 4))
         cute.arch.sync_threads()
-        self.push_histogram(sm, tid, sm["hist1"])
-        cluster_sync()  # histogram contributions complete before they are read
-        high, above_high = self.select(sm, tid, sm["hist1"], Int32(self.k))
-        self.stamp(trace_row, rank, tid, "pass1")
-        self.count_vector(sm, tid, lane, tops, start, count, length, nv, high, True)
-        cute.arch.sync_threads()
-        self.push_histogram(sm, tid, sm["hist2"])
-        cluster_sync()
-        low, above_low = self.select(sm, tid, sm["hist2"], self.k - above_high)
-        self.stamp(trace_row, rank, tid, "pass2")
-        return (high << 8) | low, above_high + above_low
+        return shared_load_u32(sm["misc"] + MISC_PREFIX), shared_load_u32(sm["misc"] + MISC_PREFIX + 4)
 
-    # -- filtering (both paths) --------------------------------------------------------
-    @cute.jit
-    def queue_vectors(self, sm, tid, tops, cutoff):
-        """Queue this CTA's vectors that can hold a key >= cutoff (by top); returns the
-        queue's length. A scan, not atomics, gives each thread its queue slots."""
-        mine = Int32(0)
-        for s in cutlass.range_constexpr(self.vectors):
-            mine = mine + _pick(tops[s] >= cutoff, 1, 0)
-        first, unused_b, queued, unused_tb = self.scan2(sm, tid, mine, Int32(0))
-        slot = first
-        for s in cutlass.range_constexpr(self.vectors):
-            hit = _pick(tops[s] >= cutoff, 1, 0)
-            shared_store_u16(sm["queue"] + slot * 2, s * self.threads + tid, hit)
-            slot = slot + hit
-        cute.arch.sync_threads()
-        return queued
+    def place(self, out_row, value, is_gt, is_eq, rank_gt, rank_eq, need):
+        """One store of a key's value at its canonical slot (SPEC.md 1.4): gtb + min(eqb,
+        k - A) for a key > K, gtb + eqb for a key == K with eqb < k - A; none otherwise."""
+        slot = rank_gt + _pick(is_gt, cutlass.min(rank_eq, need), rank_eq)
+        store_s32(out_row + Int64(slot) * 4, value, is_gt | (is_eq & _pick(rank_eq < need, 1, 0)))
 
     @cute.jit
-    def count_queued(self, sm, tid, queued, cutoff, start, length, nv):
-        """This thread's keys above and equal to cutoff in its share of the queue (entries
-        tid, tid + threads, ...)."""
-        gt = Int32(0)
-        eq = Int32(0)
-        for entry in cutlass.range(tid, queued, self.threads):
-            i = shared_load_u16(sm["queue"] + entry * 2)
+    def write_ranked(self, sm, tid, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+                     everything: cutlass.Constexpr):
+        """Write this CTA's selected keys at their canonical slots (SPEC.md 1.4): in rounds
+        of the queue (entry r T + t to thread t, which is index order), a CTA scan of the
+        round's counts gives each key gtb / eqb, the row's keys > K / == K at lower indices;
+        a key > K goes to out[gtb + min(eqb, k - A)], a key == K with eqb < k - A to
+        out[gtb + eqb]. Every slot of [0, k) is written once, by its owner."""
+        need = self.k - above
+        run_gt = gt_base
+        run_eq = eq_base
+        for first in cutlass.range(0, queued, self.threads):
+            entry = first + tid
+            present = _pick(entry < queued, 1, 0)
+            i = self.queue_entry(sm, entry, queued, everything)
+            gt = Int32(0)
+            eq = Int32(0)
             for key, ok, unused in self.elements(self.vector_words(sm, i), start + i, length, nv):
-                gt = gt + (ok & _pick(key > cutoff, 1, 0))
-                eq = eq + (ok & _pick(key == cutoff, 1, 0))
-        return gt, eq
-
-    @cute.jit
-    def reserve(self, sm, tid, pair, gt_total, eq_total):
-        """One cluster atomic on CTA 0's pair reserves this CTA's gt and eq ranges; returns
-        their bases for every thread."""
-        if tid == 0:
-            old = cluster_add_u64(peer_address(pair, Int32(0)), (Uint64(eq_total) << 32) | Uint64(gt_total))
-            shared_store_u32(sm["misc"] + 12, Int32(old & Uint64(0xFFFFFFFF)))
-            shared_store_u32(sm["misc"] + 16, Int32(old >> 32))
-        cute.arch.sync_threads()
-        return shared_load_u32(sm["misc"] + 12), shared_load_u32(sm["misc"] + 16)
-
-    @cute.jit
-    def gather(self, sm, tid, tops, cutoff, start, length, nv, need, above, out_row, sampled: cutlass.Constexpr,
-               trace_row, rank):
-        """Filter with cutoff and place the selected keys. Sampled path: push this CTA's
-        keys above cutoff and up to k keys equal to it to CTA 0's survivors. Direct path:
-        write keys above cutoff to out[0:above] and the first need keys equal to it (over
-        the cluster) to out[above:k]."""
-        queued = self.queue_vectors(sm, tid, tops, cutoff)
-        self.stamp(trace_row, rank, tid, "queued")
-        gt, eq = self.count_queued(sm, tid, queued, cutoff, start, length, nv)
-        prefix_gt, prefix_eq, gt_total, eq_total = self.scan2(sm, tid, gt, eq)
-        self.stamp(trace_row, rank, tid, "counted")
-        if const_expr(sampled):
-            eq_total = cutlass.min(eq_total, Int32(self.k))
-            base_gt, base_eq = self.reserve(sm, tid, sm["pairs"], gt_total, eq_total)
-        else:
-            base_gt, base_eq = self.reserve(sm, tid, sm["pairs"] + 8, gt_total, eq_total)
-        self.stamp(trace_row, rank, tid, "reserved")
-        rank_gt = base_gt + prefix_gt
-        rank_eq = prefix_eq
-        survivors = peer_address(sm["survivors"], Int32(0))
-        # Sampled path: the cluster keeps its first k eq survivors (slot offsets below k), and
-        # a CTA writes only if what it keeps fits (SPEC.md 2.4): its gt range and the eq
-        # offsets up to min(base_eq + eq_total, k). Then no two writes ever share a slot; a
-        # CTA that does not fit belongs to an overflowing row, whose survivors nobody reads.
-        fits = _pick(base_gt + gt_total + cutlass.min(base_eq + eq_total, Int32(self.k)) <= SURVIVOR_CAPACITY,
-                     1, 0)
-        for entry in cutlass.range(tid, queued, self.threads):
-            i = shared_load_u16(sm["queue"] + entry * 2)
+                gt = gt + (ok & present & _pick(key > kth, 1, 0))
+                eq = eq + (ok & present & _pick(key == kth, 1, 0))
+            # One scan of both counts, packed: a round holds at most 8 T <= 8192 of each, so
+            # the low half never carries into the high one.
+            prefix, totals = self.scan(sm, tid, gt | (eq << 16), (first // self.threads) & 1)
+            rank_gt = run_gt + (prefix & 0xFFFF)
+            rank_eq = run_eq + (prefix >> 16)
+            # The words again from shared memory: holding 8 keys across the scan's barriers
+            # spilled the 1024-thread build's 64 registers.
             for key, ok, index in self.elements(self.vector_words(sm, i), start + i, length, nv):
-                is_gt = ok & _pick(key > cutoff, 1, 0)
-                is_eq = ok & _pick(key == cutoff, 1, 0)
-                slot_eq = base_eq + rank_eq
-                if const_expr(sampled):
-                    keep_gt = is_gt & fits
-                    keep_eq = is_eq & fits & _pick(slot_eq < self.k, 1, 0)
-                    slot = _pick(is_gt, rank_gt, SURVIVOR_CAPACITY - 1 - slot_eq)
-                    # a guard, not a case: with fits every kept slot is in [0, 8192)
-                    slot = cutlass.min(cutlass.max(slot, Int32(0)), Int32(SURVIVOR_CAPACITY - 1))
-                    cluster_store_u32x2(survivors + slot * 8, index, key, keep_gt | keep_eq)
-                else:
-                    value = index
-                    if const_expr(self.block_mode):
-                        value = _pick(key == KEY_NEG_INF, -1, index)
-                    store_s32(out_row + Int64(rank_gt) * 4, value, is_gt)
-                    keep_eq = is_eq & _pick(slot_eq < need, 1, 0)
-                    store_s32(out_row + Int64(above + slot_eq) * 4, value, keep_eq)
+                is_gt = ok & present & _pick(key > kth, 1, 0)
+                is_eq = ok & present & _pick(key == kth, 1, 0)
+                value = index
+                if const_expr(self.block_mode):
+                    value = _pick(key == KEY_NEG_INF, -1, index)
+                self.place(out_row, value, is_gt, is_eq, rank_gt, rank_eq, need)
                 rank_gt = rank_gt + is_gt
                 rank_eq = rank_eq + is_eq
-        if const_expr(self.profile):
-            cute.arch.sync_threads()  # "placed" means the whole CTA has placed its keys
-        self.stamp(trace_row, rank, tid, "placed")
+            run_gt = run_gt + (totals & 0xFFFF)
+            run_eq = run_eq + (totals >> 16)
 
     @cute.jit
-    def emit(self, sm, tid, gt, eq, kth, above, out_row):
-        """CTA 0, sampled path: write the row's k indices from the gathered survivors
-        (slots [0, gt) and [capacity - eq, capacity)): keys above kth to out[0:above], the
-        first k - above keys equal to it after them."""
-        count = gt + eq
-        gap = SURVIVOR_CAPACITY - count
-        mine_gt = Int32(0)
-        mine_eq = Int32(0)
-        for j in cutlass.range(tid, count, self.threads):
-            key = shared_load_u32(sm["survivors"] + (j + _pick(j >= gt, gap, 0)) * 8 + 4)
-            mine_gt = mine_gt + _pick(key > kth, 1, 0)
-            mine_eq = mine_eq + _pick(key == kth, 1, 0)
-        rank_gt, rank_eq, unused_a, unused_b = self.scan2(sm, tid, mine_gt, mine_eq)
-        for j in cutlass.range(tid, count, self.threads):
-            slot = j + _pick(j >= gt, gap, 0)
-            key = shared_load_u32(sm["survivors"] + slot * 8 + 4)
-            index = shared_load_u32(sm["survivors"] + slot * 8)
-            is_gt = _pick(key > kth, 1, 0)
-            is_eq = _pick(key == kth, 1, 0)
-            store_s32(out_row + Int64(rank_gt) * 4, index, is_gt)
-            store_s32(out_row + Int64(above + rank_eq) * 4, index, is_eq & _pick(rank_eq < self.k - above, 1, 0))
-            rank_gt = rank_gt + is_gt
-            rank_eq = rank_eq + is_eq
+    def select_write(self, sm, tid, lane, rank, tops, lo, buffer, start, count, length, nv, out_row, trace_row,
+                     attempt: cutlass.Constexpr):
+        """The selection among the keys >= lo (SPEC.md 2.5): queue, pass 1, exchange,
+        barrier, K's high byte from the cluster's total; pass 2, exchange, barrier, its low
+        byte; every CTA writes its own keys. Returns (underflow, K, A): underflow 1 (nothing
+        written) when fewer than k keys are >= lo, which every CTA sees alike. attempt: the
+        sampled attempt (lo its cutoff), else the direct path (lo = 0: every vector, no
+        queue and no tops, so the tops' registers are free after the sampled queue)."""
+        everything = not attempt
+        queued = count
+        if const_expr(attempt):
+            queued = self.queue_vectors(sm, tid, lane, tops, lo)
+        self.stamp(trace_row, rank, tid, "queued")
+        self.count_queued(sm, tid, lane, queued, lo, Int32(-1), start, length, nv, False, everything)
+        if const_expr(attempt and self.trace):
+            # The trace's gt and eq: warp sums into CTA 0's counters, read after the barrier.
+            gt, eq = self.tally(sm, tid, queued, lo, start, length, nv)
+            gt = cute.arch.warp_redux_sync(gt, "add")
+            eq = cute.arch.warp_redux_sync(eq, "add")
+            first = _pick(lane == 0, 1, 0)
+            cluster_red(peer_address(sm["misc"] + MISC_TRACE, Int32(0)), gt, first)
+            cluster_red(peer_address(sm["misc"] + MISC_TRACE + 4, Int32(0)), eq, first)
+        cute.arch.sync_threads()
+        self.stamp(trace_row, rank, tid, "pass1")
+        self.exchange(sm, tid, rank, buffer)
+        cluster_sync()  # every CTA's pass-1 reductions complete before any total is read
+        self.stamp(trace_row, rank, tid, "exchange1")
+        if const_expr(attempt and self.trace):
+            self.record(trace_row, rank, tid, "gt", shared_load_u32(sm["misc"] + MISC_TRACE))
+            self.record(trace_row, rank, tid, "eq", shared_load_u32(sm["misc"] + MISC_TRACE + 4))
+        high, above_high, total = self.select(sm, tid, buffer, Int32(self.k))
+        underflow = _pick(total < self.k, 1, 0)
+        kth = Int32(-1)
+        above = Int32(-1)
+        if underflow == 0:
+            self.count_queued(sm, tid, lane, queued, lo, high, start, length, nv, True, everything)
+            cute.arch.sync_threads()
+            self.stamp(trace_row, rank, tid, "pass2")
+            self.exchange(sm, tid, rank, buffer + 2048)
+            cluster_sync()  # the same for pass 2; the last cluster barrier of the row
+            self.stamp(trace_row, rank, tid, "exchange2")
+            low, above_low, unused = self.select(sm, tid, buffer + 2048, self.k - above_high)
+            kth = (high << 8) | low
+            above = above_high + above_low
+            gt_base, eq_base = self.prefix(sm, tid, lane, buffer, high, low)
+            self.write_ranked(sm, tid, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+                              everything)
+            if const_expr(self.profile):
+                cute.arch.sync_threads()  # "placed" means the whole CTA has placed its keys
+            self.stamp(trace_row, rank, tid, "placed")
+        return underflow, kth, above
 
 
 # ---------------------------------------------------------------------------------------

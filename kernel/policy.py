@@ -23,9 +23,8 @@ import typing
 # ---------------------------------------------------------------------------------------
 LOGITS_PER_VECTOR = 8  # one 16-byte vector of BF16 logits, or one block
 SAMPLES = 2048  # sampled path: samples a row
-SURVIVOR_CAPACITY = 8192  # sampled path: survivors CTA 0 can hold
-# Sampled path: q aims at k + SURVIVOR_AIM survivors, which balances the two fallbacks
-# (under k, over SURVIVOR_CAPACITY) at the widest rows (SPEC.md 2.4, bench/fallback_rates.py).
+# Sampled path: q aims at k + SURVIVOR_AIM keys at or above the cutoff (SPEC.md 2.4,
+# bench/fallback_rates.py).
 SURVIVOR_AIM = 2560
 KS = (512, 1024, 2048)
 MAX_WIDTH = 1048576
@@ -34,8 +33,8 @@ KEY_POS_INF = 0xFF80  # order_key(+inf): the pinned newest block
 KEY_NEG_INF = 0x007F  # order_key(-inf): a block written as -1
 TRACE_FIELDS = ("path", "reason", "q", "cutoff", "gt", "eq", "kth", "above")
 # The profile build appends, per row, CTA 0's %clock at these points (bench/, not a contract).
-PROFILE_STAMPS = ("start", "inputs", "staged", "started", "samples", "cutoff", "queued", "counted",
-                  "reserved", "placed", "survivors", "survivor_kth", "emitted", "pass1", "pass2", "end")
+PROFILE_STAMPS = ("start", "inputs", "staged", "started", "cutoff", "queued", "pass1", "exchange1", "pass2",
+                  "exchange2", "placed", "end")
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,27 +1,25 @@
 """The cluster model: DecodeTopK's algorithm (SPEC.md part 2) simulated CTA by CTA.
 
 `simulate` runs, for each row, what the kernel's cluster does: the chunks of the valid
-length (2.2), the path choice (2.3), the sampled path with its 2048 samples, cutoff, CTA
-queues, per-thread counts, CTA scans, 64-bit reservations and survivor slots (2.4), the
-fallback rules, the direct path's two whole-row histogram passes with 8 copies (2.5, 2.8),
-the radix selections (2.6) and every write (1.4, 2.9). It returns the output and the trace
-of SPEC.md 2.11, so a kernel's trace can be compared with it field by field.
+length (2.2), the path choice (2.3), the sampled path with its 2048 samples and cutoff
+(2.4), the selection every CTA runs on its own chunk (2.5): its index-ordered queue, two
+histogram passes with 8 copies (2.8), the exchange that gives every CTA the cluster's
+histogram and the prefix of the CTAs below it, and the ranked write of its own selected
+keys at their canonical positions (1.4, 2.7); the radix selection of the cutoff (2.6)
+and the underflow fallback. It returns the output and the trace of SPEC.md 2.11, so a
+kernel's trace can be compared with it field by field.
 
-Choices the spec leaves free, made here as the kernel (kernel/decode_topk_cute.py) makes
-them, so that the model's output is what the kernel writes when its CTAs reserve in rank
-order: the CTA queue holds thread 0's queued vectors (slot order), then thread 1's, ...;
-CTAs reserve in rank order 0 .. C-1 (on the GPU the order of the atomics is free); CTA 0
-hands the survivor list (slots [0, G) then [8192 - min(E, k), 8192)) to its threads round
-robin. Output slots the algorithm never writes hold UNWRITTEN (-2), which no valid answer
-contains; survivor slots never written hold key 0 and element UNWRITTEN.
+Nothing is left to the order of atomics: every position is a prefix count over CTA rank
+and (round, thread) order, which is index order, so the model's output is *the*
+canonical answer, and so is the kernel's. Output slots the algorithm never writes hold
+UNWRITTEN (-2), which no valid answer contains.
 
 Mutants. The per-row code takes an integer `mutant`; 0 is the algorithm, any other value
 one planted bug of `MUTANTS` (name -> (id, description)), used by the mutation campaign
 (`python -m decode_topk.conformance.mutation`) to show that the conformance suite observes a bug in
-each step. A write that would leave a buffer (the output row or the 8192 survivor slots),
-or a second write to one survivor slot (a race between CTAs, which racecheck reports), is
-not performed; the row's error count records it and `simulate` raises RuntimeError, as a
-sanitizer would stop the kernel.
+each step. A write that would leave the output row, or a second write to one slot (a
+race between CTAs, which racecheck reports), is not performed; the row's error count
+records it and `simulate` raises RuntimeError, as a sanitizer would stop the kernel.
 """
 
 import numpy as np
@@ -35,10 +33,9 @@ from .topk import validate_inputs
 
 SAMPLES = policy.SAMPLES  # 2048
 SURVIVOR_AIM = policy.SURVIVOR_AIM  # q aims at k + 2560 survivors
-CAPACITY = policy.SURVIVOR_CAPACITY  # 8192
 UNWRITTEN = -2
 PATH_SHORT, PATH_SAMPLED, PATH_DIRECT = 0, 1, 2
-REASON_NONE, REASON_OVERFLOW, REASON_UNDERFLOW = 0, 1, 2
+REASON_NONE, REASON_UNDERFLOW = 0, 2  # reason 1 (overflow) is retired: SPEC.md 2.11
 COPIES = 8  # histogram copies of the direct passes (2.8)
 
 # ---------------------------------------------------------------------------------------
@@ -61,27 +58,11 @@ CHUNK_CEIL = _mutant("chunk_ceil", "start_c = ceil(c nv / C) instead of floor")
 TOP_FIRST_LANE = _mutant("top_first_lane", "vector top = its first lane's key, not the largest")
 TOP_STRICT = _mutant("top_strict", "a vector is queued only if top > cutoff (not >=)")
 QUEUE_DROP = _mutant("queue_drop_last", "the CTA queue loses its last entry")
-UNPACK_STRIDE = _mutant("unpack_stride_half", "thread t unpacks entries t, t + T/2, ... (stride T/2)")
 GT_RANK_COLLIDE = _mutant("gt_rank_collision", "a thread's gt keys all take its first rank")
 SCAN_INCLUSIVE = _mutant("scan_inclusive", "gt prefix of scan2 inclusive instead of exclusive")
-EQ_CAP_PLUS = _mutant("eq_cap_plus_one", "per-CTA eq cap min(EQ_c, k + 1)")
-EQ_CAP_MINUS = _mutant("eq_cap_minus_one", "per-CTA eq cap min(EQ_c, k - 1)")
-EQ_UNCAPPED = _mutant("eq_uncapped", "per-CTA eq survivors not capped at k")
-CAPACITY_PLUS = _mutant("capacity_plus_one", "survivor capacity 8193 (decision, guards, slots)")
-CAPACITY_MINUS = _mutant("capacity_minus_one", "survivor capacity 8191 (decision, guards, slots)")
-FIT_DROPPED = _mutant("fit_dropped", "a CTA writes its survivors even when its reservation ends past 8192")
-FIT_UNCAPPED = _mutant("fit_uncapped", "the fit rule counts the CTA's whole eq range, not the cluster's first k")
-EQ_CLUSTER_UNCAPPED = _mutant("eq_cluster_uncapped", "eq survivors kept up to the per-CTA cap only, not be + r < k")
-OVERFLOW_UNCAPPED = _mutant("overflow_uncapped", "overflow decided on G + E > 8192, not G + min(E, k) > 8192")
-EQ_SLOT_OFF = _mutant("eq_slot_off_by_one", "eq survivor slot 8192 - (be + r) instead of 8191 - (be + r)")
-OVERFLOW_INVERTED = _mutant("overflow_inverted", "overflow rule inverted: fall back when G + min(E, k) <= 8192")
-OVERFLOW_DROPPED = _mutant("overflow_dropped", "overflow rule dropped")
 UNDERFLOW_DROPPED = _mutant("underflow_dropped", "underflow rule dropped")
-OVERFLOW_GE = _mutant("overflow_at_capacity", "overflow when G + min(E, k) >= 8192")
 UNDERFLOW_LE = _mutant("underflow_at_k", "underflow when G + E <= k")
 UNDERFLOW_INVERTED = _mutant("underflow_inverted", "underflow rule inverted: fall back when G + E >= k")
-EMIT_EQ_UNLIMITED = _mutant("emit_eq_unlimited", "emit writes every survivor == K, not the first k - A")
-EMIT_GT_ONLY = _mutant("emit_gt_only", "emit selects K among the gt survivors only")
 DIRECT_EQ_UNLIMITED = _mutant("direct_eq_unlimited", "direct write: eq slots not limited to k - A")
 DIRECT_A1_ONLY = _mutant("direct_above_pass1", "direct path A = A1 (pass 2's above dropped)")
 DIRECT_PASS2_RANK = _mutant("direct_pass2_rank_k", "direct pass 2 selects rank k instead of k - A1")
@@ -106,9 +87,20 @@ SHORT_LT = _mutant("short_below_k", "short path only for n < k (n == k takes the
 SAMPLED_GE = _mutant("sampled_at_one_vector", "sampled path for nv >= C T (one vector a thread too)")
 LAST_LANE_EXTRA = _mutant("last_lane_extra", "the masked last vector reads one lane too many")
 LAST_LANE_MISSING = _mutant("last_lane_missing", "the masked last vector reads one lane too few")
-DIRECT_PAIR_SHARED = _mutant("direct_pair_shared", "direct reservations continue the sampled pair (no separate pair)")
-RESERVE_NEW = _mutant("reserve_returns_new", "the reservation atomic's result taken as the new value, not the old")
-RESERVE_SWAPPED = _mutant("reserve_swapped", "the 64-bit reservation packs gt high and eq low (halves swapped)")
+
+# The selection spread over the CTAs and its canonical positions (SPEC.md 1.4, 2.5, 2.7).
+QUEUE_THREAD_MAJOR = _mutant("queue_thread_major", "the CTA queue in thread-major (t, s) order, not index order")
+PASS_CUTOFF_IGNORED = _mutant("pass_cutoff_ignored", "the sampled passes also count keys below the cutoff")
+RANK_PREFIX_INCLUSIVE = _mutant("rank_prefix_inclusive", "a CTA's prefix includes its own histogram")
+RANK_PREFIX_UPPER = _mutant("rank_prefix_upper", "a CTA's prefix sums the higher ranks, not the lower")
+ARRIVAL_CTA_ORDER = _mutant("arrival_cta_order", "CTA prefixes in an arrival order rotated by the row's batch slot")
+PREFIX_PASS1_ONLY = _mutant("prefix_pass1_only", "gt base from pass 1's bins above b1 only (pass 2's dropped)")
+ROUND_BASE_DROPPED = _mutant("round_base_dropped", "each round of the ranked write restarts at the CTA's base")
+POS_GT_FIRST = _mutant("pos_gt_first", "gt keys to out[gtb], eq keys to out[A + eqb] (the old order)")
+POS_NO_MIN = _mutant("pos_no_min", "gt slot gtb + eqb, not gtb + min(eqb, k - A)")
+EQ_NEED_INCLUSIVE = _mutant("eq_need_inclusive", "eq key kept while eqb <= k - A (one too many)")
+EQ_HIGHEST_INDEX = _mutant("eq_highest_index", "the highest-index keys == K kept, not the lowest")
+UNDERFLOW_GT_ONLY = _mutant("underflow_gt_only", "underflow when G < k (keys equal to the cutoff ignored)")
 
 MUTANT_NAMES = {v[0]: k for k, v in MUTANTS.items()}
 
@@ -204,18 +196,26 @@ def _element(g, e, key, block, mutant):
 
 
 # ---------------------------------------------------------------------------------------
-# Filtering (2.7): queue, per-thread counts, scan2, and the ranked visit
+# Selection (2.4, 2.5, 2.7): the index-ordered queue, the histogram passes and their
+# exchange, the prefixes over CTA rank, and the ranked write
 # ---------------------------------------------------------------------------------------
 @njit(cache=True)
 def _queue(top, start, nl, T, V, cutoff, mutant, queue):
-    """The CTA queue: thread t's queued vectors (slots s = 0 .. V-1) after those of the
-    threads below it, as the kernel's scan places them."""
+    """The CTA queue: the chunk's local vectors with top >= cutoff in ascending local index
+    i = s T + 32 w + l, the order of the kernel's ballot-grid scan (slot s, warp w, lane l)."""
     qlen = 0
-    for t in range(T):
-        for s in range(V):
-            i = s * T + t
-            if i >= nl:
-                break
+    if mutant == QUEUE_THREAD_MAJOR:  # the old per-thread scan: thread t's slots after thread t-1's
+        for t in range(T):
+            for s in range(V):
+                i = s * T + t
+                if i >= nl:
+                    break
+                tp = top[start + i]
+                if tp > cutoff or (tp == cutoff and mutant != TOP_STRICT):
+                    queue[qlen] = i
+                    qlen += 1
+    else:
+        for i in range(nl):
             tp = top[start + i]
             if tp > cutoff or (tp == cutoff and mutant != TOP_STRICT):
                 queue[qlen] = i
@@ -226,126 +226,211 @@ def _queue(top, start, nl, T, V, cutoff, mutant, queue):
 
 
 @njit(cache=True)
-def _stride(T, mutant):
-    return T // 2 if mutant == UNPACK_STRIDE else T
+def _pass(ekey, ecnt, W, start, queue, qlen, T, lo, high, mutant, copies, hist):
+    """One histogram pass of a CTA over its queue: entry x is unpacked by thread x mod T
+    (round x // T), which counts into copy (lane mod 8). Keys below lo are not counted
+    (lo: the sampled cutoff, 0 on the direct path); high < 0: the high byte of every key,
+    else the low byte of the keys whose high byte is high. hist = the sum of the copies."""
+    copies[:, :] = 0
+    for x in range(qlen):
+        t = x % T
+        cp = (t % 32) % COPIES
+        if mutant == HIST_COPY_WARP:
+            cp = t // 32
+        g = start + queue[x]
+        for e in range(ecnt[g]):
+            kk = ekey[g * W + e]
+            if kk < lo and mutant != PASS_CUTOFF_IGNORED:
+                continue
+            if high < 0:
+                copies[cp, kk >> 8] += 1
+            elif (kk >> 8) == high or mutant == DIRECT_PASS2_ALL:
+                copies[cp, kk & 0xFF] += 1
+    used = COPIES - 1 if mutant == HIST_COPY_DROP else COPIES
+    for b in range(256):
+        sm = 0
+        for cpy in range(used):
+            sm += copies[cpy, b]
+        hist[b] = sm
 
 
 @njit(cache=True)
-def _count(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, tgt, teq):
-    """Each thread's keys > cutoff and == cutoff over its queue entries t, t+T, ..."""
-    stride = _stride(T, mutant)
-    for t in range(T):
-        gt = 0
-        eq = 0
-        x = t
-        while x < qlen:
-            g = start + queue[x]
-            for e in range(ecnt[g]):
-                kk = ekey[g * W + e]
-                if kk > cutoff:
-                    gt += 1
-                elif kk == cutoff:
-                    eq += 1
-            x += stride
-        tgt[t] = gt
-        teq[t] = eq
+def _exchange(local, C, slot, mutant, total, prefix):
+    """The DSMEM exchange of one pass: CTA c adds its histogram local[c] into the total of
+    every CTA and into the prefix of every higher rank. total[b]: the cluster's count;
+    prefix[c, b]: the count of the CTAs before c (in rank order, which is index order)."""
+    total[:] = 0
+    prefix[:, :] = 0
+    for c in range(C):
+        if mutant == HIST_CTA_DROP and c == C - 1:
+            continue  # the last rank's reds lost
+        for b in range(256):
+            total[b] += local[c, b]
+        for p in range(C):
+            before = c < p
+            if mutant == RANK_PREFIX_INCLUSIVE:
+                before = c <= p
+            elif mutant == RANK_PREFIX_UPPER:
+                before = c > p
+            elif mutant == ARRIVAL_CTA_ORDER:  # the order of arrival, rotated by the batch slot
+                before = (c + slot) % C < (p + slot) % C
+            if before:
+                for b in range(256):
+                    prefix[p, b] += local[c, b]
 
 
 @njit(cache=True)
-def _scan2(tgt, teq, T, gbase, ebase, mutant):
-    """Exclusive CTA prefixes of both counts, and the CTA totals."""
-    sg = 0
-    se = 0
-    for t in range(T):
-        gbase[t] = sg + tgt[t] if mutant == SCAN_INCLUSIVE else sg
-        ebase[t] = se
-        sg += tgt[t]
-        se += teq[t]
-    return sg, se
+def _around(ekey, ecnt, W, g, key):
+    """(keys > key, keys == key) among vector g's valid elements."""
+    above = 0
+    equal = 0
+    for e in range(ecnt[g]):
+        kk = ekey[g * W + e]
+        if kk > key:
+            above += 1
+        elif kk == key:
+            equal += 1
+    return above, equal
 
 
 @njit(cache=True)
-def _reserve(pair_gt, pair_eq, gtc, eqc, mutant):
-    """One 64-bit cluster atomic add of (eqc << 32) | gtc on CTA 0's pair: returns the old
-    pair (this CTA's bases) and the new one."""
-    if mutant == RESERVE_SWAPPED:
-        base_gt, base_eq = pair_eq, pair_gt
-        pair_eq += gtc
-        pair_gt += eqc
-    else:
-        base_gt, base_eq = pair_gt, pair_eq
-        pair_gt += gtc
-        pair_eq += eqc
-    if mutant == RESERVE_NEW:
-        base_gt, base_eq = pair_gt, pair_eq
-    return base_gt, base_eq, pair_gt, pair_eq
-
-
-@njit(cache=True)
-def _write_cta(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, gbase, ebase,
-               bg, be, eq_limit, to_out, out, A, k, skey, sidx, cap, block):
-    """Visit the CTA's queued keys in each thread's order with their ranks; write them.
-
-    to_out False (sampled): gt rank r -> survivor slot bg + r, eq rank r < eq_limit with
-    be + r < k (the cluster's first k) -> slot cap - 1 - (be + r). to_out True (direct):
-    gt rank r -> out[bg + r], eq rank r -> out[A + be + r] if be + r < k - A. Returns wild
-    writes."""
-    stride = _stride(T, mutant)
+def _write_cta(ekey, ecnt, W, start, queue, qlen, T, K, A, k, gt_base, eq_base, eq_total, mutant,
+               out, cg, ce, block):
+    """The ranked write of one CTA (1.4, 2.7): its queue in rounds of T entries, entry
+    x = r T + t unpacked by thread t; a CTA scan of the round's (gt, eq) counts; each key
+    > K goes to out[gtb + min(eqb, k - A)] and each key == K with eqb < k - A to
+    out[gtb + eqb], where gtb / eqb count the row's keys > K / == K at lower indices
+    (gt_base / eq_base: those of the lower ranks). Returns wild writes: outside the row, or
+    to a slot already written."""
+    need = k - A
     wild = 0
-    for t in range(T):
-        rg = gbase[t]
-        re = ebase[t]
-        x = t
-        while x < qlen:
-            g = start + queue[x]
+    run_gt = gt_base
+    run_eq = eq_base
+    for r0 in range(0, qlen, T):
+        rn = min(T, qlen - r0)
+        for j in range(rn):
+            cg[j], ce[j] = _around(ekey, ecnt, W, start + queue[r0 + j], K)
+        sg = 0
+        se = 0
+        for j in range(rn):
+            a = cg[j]
+            b = ce[j]
+            rg = run_gt + sg + (a if mutant == SCAN_INCLUSIVE else 0)
+            re = run_eq + se
+            sg += a
+            se += b
+            g = start + queue[r0 + j]
             for e in range(ecnt[g]):
                 kk = ekey[g * W + e]
-                if kk > cutoff:
-                    r = rg
+                pos = -1
+                if kk > K:
+                    chosen = min(re, need)  # eq keys before it that are selected
+                    if mutant == EQ_HIGHEST_INDEX:
+                        chosen = max(0, re - (eq_total - need))
+                    pos = rg + chosen
+                    if mutant == POS_GT_FIRST:
+                        pos = rg
+                    elif mutant == POS_NO_MIN:
+                        pos = rg + re
                     if mutant != GT_RANK_COLLIDE:
                         rg += 1
-                    if to_out:
-                        pos = bg + r
-                        if pos < 0 or pos >= k:
-                            wild += 1
-                        else:
-                            out[pos] = _element(g, e, kk, block, mutant)
-                    else:
-                        off = bg + r
-                        if off < 0 or off >= CAPACITY or sidx[off] != UNWRITTEN:
-                            wild += 1  # outside the buffer, or a slot written twice (a race)
-                        else:
-                            skey[off] = kk
-                            sidx[off] = _element(g, e, kk, block, mutant)
-                elif kk == cutoff:
-                    r = re
+                elif kk == K:
+                    take = re < need
+                    if mutant == EQ_NEED_INCLUSIVE:
+                        take = re <= need
+                    elif mutant == DIRECT_EQ_UNLIMITED:
+                        take = True
+                    elif mutant == EQ_HIGHEST_INDEX:
+                        take = re >= eq_total - need
+                    if take:
+                        pos = rg + re
+                        if mutant == EQ_HIGHEST_INDEX:
+                            pos = rg + re - (eq_total - need)
+                        elif mutant == POS_GT_FIRST:
+                            pos = A + re
                     re += 1
-                    if to_out:
-                        if be + r < k - A or mutant == DIRECT_EQ_UNLIMITED:
-                            pos = A + be + r
-                            if pos < 0 or pos >= k:
-                                wild += 1
-                            else:
-                                out[pos] = _element(g, e, kk, block, mutant)
-                    elif r < eq_limit and (be + r < k or mutant == EQ_CLUSTER_UNCAPPED):
-                        slot = cap - 1 - (be + r)
-                        if mutant == EQ_SLOT_OFF:
-                            slot += 1
-                        if slot < 0 or slot >= CAPACITY or sidx[slot] != UNWRITTEN:
-                            wild += 1  # outside the buffer, or a slot written twice (a race)
-                        else:
-                            skey[slot] = kk
-                            sidx[slot] = _element(g, e, kk, block, mutant)
-            x += stride
+                if pos != -1:
+                    if pos < 0 or pos >= k or out[pos] != UNWRITTEN:
+                        wild += 1  # outside the row, or a slot written twice (a race)
+                    else:
+                        out[pos] = _element(g, e, kk, block, mutant)
+        if mutant != ROUND_BASE_DROPPED:
+            run_gt += sg
+            run_eq += se
     return wild
+
+
+@njit(cache=True)
+def _select(ekey, ecnt, W, top, nv, k, block, C, T, V, lo, slot, mutant, out, tr,
+            queue, qlens, local, total, prefix1, prefix2, copies, cg, ce):
+    """The exact selection among the keys >= lo, spread over the C CTAs (2.5): every CTA
+    queues and histograms its own chunk, the exchange gives every CTA the cluster's total
+    and its lower ranks' prefix, every CTA selects K and A from the same total, and every
+    CTA writes its own selected keys at their prefix positions. Returns (status, wild):
+    status 1 when fewer than k keys are >= lo (underflow; nothing written)."""
+    # Queues, counts of keys > lo and == lo (the sampled attempt's trace), pass 1.
+    G = 0
+    E = 0
+    for c in range(C):
+        start, end = _chunk(c, nv, C, mutant)
+        qlens[c] = _queue(top, start, end - start, T, V, lo, mutant, queue[c])
+        for x in range(qlens[c]):
+            above, equal = _around(ekey, ecnt, W, start + queue[c, x], lo)
+            G += above
+            E += equal
+        _pass(ekey, ecnt, W, start, queue[c], qlens[c], T, lo, -1, mutant, copies, local[c])
+    _exchange(local, C, slot, mutant, total, prefix1)
+    if tr[0] == PATH_SAMPLED:
+        tr[4] = G
+        tr[5] = E
+    ge = 0
+    for b in range(256):
+        ge += total[b]
+    underflow = ge < k
+    if mutant == UNDERFLOW_LE:
+        underflow = ge <= k
+    elif mutant == UNDERFLOW_INVERTED:
+        underflow = ge >= k
+    elif mutant == UNDERFLOW_DROPPED:
+        underflow = False
+    elif mutant == UNDERFLOW_GT_ONLY:
+        underflow = G < k
+    if underflow:
+        return 1, 0
+    b1, A1 = _select_bin(total, k, mutant)
+    for c in range(C):
+        start, end = _chunk(c, nv, C, mutant)
+        _pass(ekey, ecnt, W, start, queue[c], qlens[c], T, lo, b1, mutant, copies, local[c])
+    prefix2_total = np.zeros(256, np.int64)
+    _exchange(local, C, slot, mutant, prefix2_total, prefix2)
+    rank = k if mutant == DIRECT_PASS2_RANK else k - A1
+    b2, A2 = _select_bin(prefix2_total, rank, mutant)
+    K = (b1 << 8) | b2
+    A = A1 if mutant == DIRECT_A1_ONLY else A1 + A2
+    tr[6] = K
+    tr[7] = A
+    eq_total = prefix2_total[b2]
+    wild = 0
+    for c in range(C):
+        start, end = _chunk(c, nv, C, mutant)
+        gt_base = 0
+        for b in range(b1 + 1, 256):
+            gt_base += prefix1[c, b]
+        if mutant != PREFIX_PASS1_ONLY:
+            for b in range(b2 + 1, 256):
+                gt_base += prefix2[c, b]
+        eq_base = prefix2[c, b2]
+        wild += _write_cta(ekey, ecnt, W, start, queue[c], qlens[c], T, K, A, k, gt_base, eq_base, eq_total,
+                           mutant, out, cg, ce, block)
+    return 0, wild
 
 
 # ---------------------------------------------------------------------------------------
 # One row
 # ---------------------------------------------------------------------------------------
 @njit(cache=True)
-def _row(bits, length, k, block, C, T, V, mutant, out, tr,
-         ekey, ecnt, top, queue, tgt, teq, gbase, ebase, copies, samples, skey, sidx, tmp):
+def _row(bits, length, k, block, C, T, V, slot, mutant, out, tr,
+         ekey, ecnt, top, queue, qlens, local, total, prefix1, prefix2, copies, cg, ce, samples):
     width = bits.shape[0]
     nv = (length + 7) // 8
     n = nv if block else length
@@ -354,7 +439,6 @@ def _row(bits, length, k, block, C, T, V, mutant, out, tr,
         tr[f] = -1
     tr[1] = REASON_NONE
     out[:] = UNWRITTEN
-    wild = 0
 
     # Stage: every valid vector's element keys, lane counts and top (2.2).
     pinned = n - 1
@@ -401,20 +485,14 @@ def _row(bits, length, k, block, C, T, V, mutant, out, tr,
             elif mutant == SHORT_PAD_ZERO:
                 v = 0
             out[j] = v
-        return wild
+        return 0
 
     sampled = (not block) and nv > C * T
     if mutant == SAMPLED_GE:
         sampled = (not block) and nv >= C * T
-    cap = CAPACITY
-    if mutant == CAPACITY_PLUS:
-        cap = CAPACITY + 1
-    elif mutant == CAPACITY_MINUS:
-        cap = CAPACITY - 1
-    pg = 0  # CTA 0's sampled pair (gt, eq)
-    pe = 0
     if sampled:
-        # Samples (2.4): CTA c's S_c samples from its own chunk, at index c S_c + j.
+        # Samples (2.4): the S_c samples of CTA c's chunk at index c S_c + j (every CTA
+        # reads all 2048 from the row in global memory).
         S = SAMPLES // C
         for c in range(C):
             start, end = _chunk(c, nv, C, mutant)
@@ -441,171 +519,21 @@ def _row(bits, length, k, block, C, T, V, mutant, out, tr,
             cutoff += 1
         elif mutant == CUTOFF_MINUS:
             cutoff -= 1
+        tr[0] = PATH_SAMPLED
         tr[2] = q
         tr[3] = cutoff
-
-        # Survivors: filter, scan, reserve on CTA 0's sampled pair, write the slots.
-        skey[:] = 0
-        sidx[:] = UNWRITTEN
-        for c in range(C):
-            start, end = _chunk(c, nv, C, mutant)
-            qlen = _queue(top, start, end - start, T, V, cutoff, mutant, queue)
-            _count(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, tgt, teq)
-            gtc, eqc = _scan2(tgt, teq, T, gbase, ebase, mutant)
-            if mutant == EQ_CAP_PLUS:
-                eqc = min(eqc, k + 1)
-            elif mutant == EQ_CAP_MINUS:
-                eqc = min(eqc, k - 1)
-            elif mutant != EQ_UNCAPPED:
-                eqc = min(eqc, k)
-            bg, be, pg, pe = _reserve(pg, pe, gtc, eqc, mutant)
-            # A CTA writes only if what it keeps fits: its gt range and the cluster's first k
-            # eq slots up to its own; then no two writes share a slot, and one that does not
-            # fit belongs to an overflowing row (never read).
-            kept_eq = min(be + eqc, k)
-            if mutant == FIT_UNCAPPED:
-                kept_eq = be + eqc
-            if bg + gtc + kept_eq <= cap or mutant == FIT_DROPPED:
-                wild += _write_cta(ekey, ecnt, W, start, queue, qlen, T, cutoff, mutant, gbase, ebase,
-                                   bg, be, eqc, False, out, 0, k, skey, sidx, cap, block)
-
-        # Decision (after the cluster barrier every CTA reads the pair).
-        G = pg
-        E = pe
-        tr[4] = G
-        tr[5] = E
-        if mutant != OVERFLOW_UNCAPPED:
-            E = min(E, k)  # the eq survivors kept: the cluster's first k
-        overflow = G + E > cap
-        if mutant == OVERFLOW_GE:
-            overflow = G + E >= cap
-        elif mutant == OVERFLOW_INVERTED:
-            overflow = G + E <= cap
-        elif mutant == OVERFLOW_DROPPED:
-            overflow = False
-        underflow = G + E < k
-        if mutant == UNDERFLOW_LE:
-            underflow = G + E <= k
-        elif mutant == UNDERFLOW_INVERTED:
-            underflow = G + E >= k
-        elif mutant == UNDERFLOW_DROPPED:
-            underflow = False
-        if overflow:
-            tr[1] = REASON_OVERFLOW
-        elif underflow:
-            tr[1] = REASON_UNDERFLOW
-        else:
-            # Emit: CTA 0 selects among slots [0, G) and [cap - E, cap) (E is min(E, k) here).
-            tr[0] = PATH_SAMPLED
-            count = G + E
-            if mutant == EMIT_GT_ONLY:
-                count = G
-            # queue[x]: the slot of list entry x; tmp[x]: its key.
-            for x in range(count):
-                s = x if x < G else cap - E + (x - G)
-                if s < 0 or s >= CAPACITY:
-                    return wild + 1  # a read outside the survivor buffer
-                queue[x] = s
-                tmp[x] = skey[s]
-            K, A = _radix_select(tmp, count, k, mutant)
-            tr[6] = K
-            tr[7] = A
-            # Thread t of CTA 0 takes list entries t, t + T, ...; count, scan, write.
-            for t in range(T):
-                gt = 0
-                eq = 0
-                x = t
-                while x < count:
-                    if tmp[x] > K:
-                        gt += 1
-                    elif tmp[x] == K:
-                        eq += 1
-                    x += T
-                tgt[t] = gt
-                teq[t] = eq
-            _scan2(tgt, teq, T, gbase, ebase, mutant)
-            for t in range(T):
-                rg = gbase[t]
-                re = ebase[t]
-                x = t
-                while x < count:
-                    kk = tmp[x]
-                    pos = -1
-                    if kk > K:
-                        pos = rg
-                        if mutant != GT_RANK_COLLIDE:
-                            rg += 1
-                    elif kk == K:
-                        if re < k - A or mutant == EMIT_EQ_UNLIMITED:
-                            pos = A + re
-                        re += 1
-                    if pos != -1:
-                        if pos < 0 or pos >= k:
-                            wild += 1
-                        else:
-                            out[pos] = sidx[queue[x]]
-                    x += T
+        status, wild = _select(ekey, ecnt, W, top, nv, k, block, C, T, V, cutoff, slot, mutant, out, tr,
+                               queue, qlens, local, total, prefix1, prefix2, copies, cg, ce)
+        if status == 0:
             return wild
-        tr[0] = PATH_DIRECT
+        tr[1] = REASON_UNDERFLOW
 
-    # Direct path (2.5): two whole-row histogram passes with 8 copies, then the writes.
+    # Direct path (2.5): the same selection over every key (lo = 0).
     tr[0] = PATH_DIRECT
-    hist = np.zeros(256, np.int64)
-    b1 = 0
-    A1 = 0
-    b2 = 0
-    A2 = 0
-    for p in range(2):
-        hist[:] = 0
-        for c in range(C):
-            if mutant == HIST_CTA_DROP and c == C - 1:
-                continue
-            start, end = _chunk(c, nv, C, mutant)
-            nl = end - start
-            copies[:, :] = 0
-            for t in range(T):
-                cp = (t % 32) % COPIES
-                if mutant == HIST_COPY_WARP:
-                    cp = t // 32
-                for s in range(V):
-                    i = s * T + t
-                    if i >= nl:
-                        break
-                    g = start + i
-                    for e in range(ecnt[g]):
-                        kk = ekey[g * W + e]
-                        if p == 0:
-                            copies[cp, kk >> 8] += 1
-                        elif (kk >> 8) == b1 or mutant == DIRECT_PASS2_ALL:
-                            copies[cp, kk & 0xFF] += 1
-            used = COPIES - 1 if mutant == HIST_COPY_DROP else COPIES
-            for b in range(256):
-                sm = 0
-                for cpy in range(used):
-                    sm += copies[cpy, b]
-                hist[b] += sm
-        if p == 0:
-            b1, A1 = _select_bin(hist, k, mutant)
-        else:
-            rank = k if mutant == DIRECT_PASS2_RANK else k - A1
-            b2, A2 = _select_bin(hist, rank, mutant)
-    K = (b1 << 8) | b2
-    A = A1 if mutant == DIRECT_A1_ONLY else A1 + A2
-    tr[6] = K
-    tr[7] = A
-    dg = 0  # CTA 0's direct pair
-    de = 0
-    if mutant == DIRECT_PAIR_SHARED:
-        dg = pg
-        de = pe
-    for c in range(C):
-        start, end = _chunk(c, nv, C, mutant)
-        qlen = _queue(top, start, end - start, T, V, K, mutant, queue)
-        _count(ekey, ecnt, W, start, queue, qlen, T, K, mutant, tgt, teq)
-        gtc, eqc = _scan2(tgt, teq, T, gbase, ebase, mutant)
-        bg, be, dg, de = _reserve(dg, de, gtc, eqc, mutant)
-        wild += _write_cta(ekey, ecnt, W, start, queue, qlen, T, K, mutant, gbase, ebase,
-                           bg, be, 0, True, out, A, k, skey, sidx, cap, block)
+    status, wild = _select(ekey, ecnt, W, top, nv, k, block, C, T, V, 0, slot, mutant, out, tr,
+                           queue, qlens, local, total, prefix1, prefix2, copies, cg, ce)
+    if status != 0:
+        return 1  # fewer than k keys >= 0 in a row of n > k: only a mutant gets here
     return wild
 
 
@@ -616,20 +544,19 @@ def _simulate_rows(logits, lengths, k, block, C, T, V, mutant, out, trace, wild)
     ekey = np.full(nvmax * 8, -1, np.int64)
     ecnt = np.zeros(nvmax, np.int64)
     top = np.zeros(nvmax, np.int64)
-    queue = np.zeros(max(T * V, 2 * CAPACITY) + 64, np.int64)
-    tgt = np.zeros(T, np.int64)
-    teq = np.zeros(T, np.int64)
-    gbase = np.zeros(T, np.int64)
-    ebase = np.zeros(T, np.int64)
+    queue = np.zeros((C, T * V + 64), np.int64)
+    qlens = np.zeros(C, np.int64)
+    local = np.zeros((C, 256), np.int64)
+    total = np.zeros(256, np.int64)
+    prefix1 = np.zeros((C, 256), np.int64)
+    prefix2 = np.zeros((C, 256), np.int64)
     copies = np.zeros((32, 256), np.int64)
+    cg = np.zeros(T, np.int64)
+    ce = np.zeros(T, np.int64)
     samples = np.zeros(SAMPLES, np.int64)
-    skey = np.zeros(CAPACITY, np.int64)
-    sidx = np.zeros(CAPACITY, np.int64)
-    tmp = np.zeros(2 * CAPACITY + 64, np.int64)
     for r in range(rows):
-        wild[r] = _row(logits[r], lengths[r], k, block, C, T, V, mutant, out[r], trace[r],
-                       ekey, ecnt, top, queue, tgt, teq, gbase, ebase, copies, samples,
-                       skey, sidx, tmp)
+        wild[r] = _row(logits[r], lengths[r], k, block, C, T, V, r, mutant, out[r], trace[r],
+                       ekey, ecnt, top, queue, qlens, local, total, prefix1, prefix2, copies, cg, ce, samples)
 
 
 def resolve_build(rows, width, build=None, resident=None):
@@ -675,8 +602,8 @@ def simulate(logits_bits, lengths, k, block_mode=False, *, build=None, resident=
     bad = np.flatnonzero(wild)
     if bad.size:
         r = int(bad[0])
-        raise RuntimeError(f"row {r}: {int(wild[r])} write(s) outside the output row or the "
-                           f"survivor buffer, or to a survivor slot already written (build {Build(C, T, V).name})")
+        raise RuntimeError(f"row {r}: {int(wild[r])} write(s) outside the output row or to a slot "
+                           f"already written (build {Build(C, T, V).name})")
     return out, trace
 
 

@@ -33,3 +33,15 @@ def model_ci():
     stream = io.StringIO()
     result = run_suite("model", "ci", stream=stream, builds=list(BUILDS))
     return result, stream.getvalue()
+
+
+@pytest.fixture
+def scratch():
+    """Names a test registers with the conformance registry, unregistered after it (with
+    every `pkg.module:attr` name the test made the registry load)."""
+    from decode_topk.conformance import registry
+
+    names = []
+    yield names
+    for name in names + [n for n in registry.names() if ":" in n]:
+        registry.unregister(name)

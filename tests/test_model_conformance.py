@@ -17,7 +17,7 @@ from decode_topk.reference.model import simulate
 from decode_topk.kernel.policy import BUILDS, Build
 
 ROOT = Path(__file__).resolve().parents[1]
-REQUIRED = ("path:short", "path:sampled", "path:direct", "reason:overflow", "reason:underflow")
+REQUIRED = ("path:short", "path:sampled", "path:direct", "reason:underflow")
 
 
 def test_model_passes_ci_on_every_build(model_ci):
@@ -34,7 +34,7 @@ def test_ci_reaches_every_path_and_reason_on_every_build(model_ci):
         cov = coverage[build.name]
         missing = [key for key in REQUIRED if cov.get(key, 0) == 0]
         assert missing == [], (build.name, cov)
-    assert "trace coverage (rows):" in text and "fallback overflow=" in text
+    assert "trace coverage (rows):" in text and "fallback underflow=" in text
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def test_intended_paths_are_checked(traced_impl):
         trace[:, 1] = 0  # pretend no row fell back
 
     name = traced_impl("no-fallback-for-test", spoil)
-    result = run_suite(name, "ci", case_filter="sampled-overflow", stream=None, builds=[(4, 1024, 8)])
+    result = run_suite(name, "ci", case_filter="sampled-underflow", stream=None, builds=[(4, 1024, 8)])
     assert "trace-intent" in {v.reason for run in result.runs for v in run.violations}
 
 
@@ -83,17 +83,17 @@ def test_build_needs_an_implementation_that_takes_it():
 
 def test_cli_model_one_build():
     result = subprocess.run([sys.executable, "-m", "decode_topk.conformance", "--impl", "model", "--level", "ci",
-                             "--case", "sampled-over", "--build", "16x512x16"],
+                             "--case", "sampled-under", "--build", "16x512x16"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # the coverage line follows the case's intent, one row a spec and k
-    case = next(c for c in cases("ci") if c.name == "sampled-overflow")
+    case = next(c for c in cases("ci") if c.name == "sampled-underflow")
     intents = [row for k in KS for row in case.intent(Build.parse("16x512x16"), k)]
     sampled = sum(path == 1 for path, _ in intents)
-    overflow = sum(reason == 1 for _, reason in intents)
-    assert overflow and sampled, intents
+    underflow = sum(reason == 2 for _, reason in intents)
+    assert underflow and sampled, intents
     assert (f"16x512x16  path short=0 sampled={sampled} direct={len(intents) - sampled} | "
-            f"fallback overflow={overflow} underflow=0") in result.stdout
+            f"fallback underflow={underflow}") in result.stdout
     bad = subprocess.run([sys.executable, "-m", "decode_topk.conformance", "--impl", "model", "--build", "2x512x8"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "2x512x8" in bad.stderr
@@ -103,7 +103,7 @@ def test_the_intent_is_read_from_the_case():
     """compare_traces takes the intent from the case it is given, not from its name."""
     from decode_topk.conformance.suite import compare_traces
 
-    case = next(c for c in cases("ci") if c.name == "sampled-overflow")
+    case = next(c for c in cases("ci") if c.name == "sampled-underflow")
     logits, lengths = case.generate()
     build = Build.parse("8x512x8")
     _, trace = simulate(logits, lengths, 512, False, build=build)

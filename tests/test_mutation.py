@@ -16,11 +16,11 @@ from decode_topk.reference.model import MUTANTS, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# One mutant a step: cutoff, per-CTA eq cap, fallback boundary, histogram copies, -1
-# writes, pinned block, signed zero, short rows, survivor capacity.
-SUBSET = ("cutoff_plus_one", "eq_cap_minus_one", "underflow_at_k", "hist_copy_by_warp",
+# One mutant a step: cutoff, the tie rule, fallback boundary, histogram copies, -1
+# writes, pinned block, signed zero, short rows, a prefix in arrival order, samples.
+SUBSET = ("cutoff_plus_one", "eq_highest_index", "underflow_at_k", "hist_copy_by_warp",
           "neginf_block_index", "pin_none", "signed_zero_equal", "short_padding_zero",
-          "capacity_minus_one", "sample_drop_last")
+          "arrival_cta_order", "sample_drop_last")
 
 
 def test_subset_is_killed():

@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 SPIN_CYCLES = 200_000  # about 100 us at the H200's clock: longer than a decode_topk host call
 ITERATIONS = 64
 POISON = 0x7EADBEEF
+PRODUCER_BLOCKS = 16
 
 
 @cute.kernel
@@ -44,7 +45,10 @@ def _producer(src: cute.Tensor, dst: cute.Tensor, words: Int32):
 
 @cute.jit
 def _produce(src: cute.Tensor, dst: cute.Tensor, words: Int32, stream: cuda.CUstream):
-    _producer(src, dst, words).launch(grid=[132, 1, 1], block=[256, 1, 1], stream=stream)
+    # 16 blocks, so most SMs stay free: a DecodeTopK CTA takes a whole SM's registers (512
+    # threads x 128), so on an SM the producer holds it could only start once the producer
+    # left, and without the wait nothing would be early enough to show.
+    _producer(src, dst, words).launch(grid=[PRODUCER_BLOCKS, 1, 1], block=[256, 1, 1], stream=stream)
 
 
 def _words(tensor):

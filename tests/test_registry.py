@@ -18,28 +18,21 @@ from decode_topk.reference.model import simulate
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def scratch():
-    """Names registered by a test, unregistered after it."""
-    names = []
-    yield names
-    for name in names + [n for n in registry.names() if ":" in n]:
-        registry.unregister(name)
-
 
 def test_builtin_records():
     fields = ("returns_trace", "takes_build", "reports_build", "trace_oracle", "claims")
     got = {name: tuple(getattr(registry.record(name), f) for f in fields) for name in registry.names()}
     assert got == {
         "reference": (False, False, None, "model", "contract"),
-        "model": (True, True, "last_build", "invariants", "contract"),
-        "aot": (True, True, "last_build", "model", "contract"),
-        "jit": (True, True, "last_build", "model", "contract"),
+        "reference-canonical": (False, False, None, "model", "canonical"),
+        "model": (True, True, "last_build", "invariants", "canonical"),
+        "aot": (True, True, "last_build", "model", "canonical"),
+        "jit": (True, True, "last_build", "model", "canonical"),
     }
 
 
 @pytest.mark.parametrize("field, value", [("returns_trace", "yes"), ("reports_build", "build_of"),
-                                          ("trace_oracle", "peer"), ("claims", "canonical"),
+                                          ("trace_oracle", "peer"), ("claims", "exact"),
                                           ("sweep_builds", True)])
 def test_a_bad_record_field_is_a_value_error_naming_it(scratch, field, value):
     with pytest.raises(ValueError, match=f"{field} = {value!r}"):
@@ -212,8 +205,8 @@ def test_a_class_is_a_factory_and_declares_its_record(scratch, vendored):
     ("{mod}:not_callable", "'{mod}:not_callable' is not callable (a int)"),
     ("{mod}:misdeclared", "returns_trace = 'yes' is not a bool"),
     ("{mod}:", "'{mod}:' is not pkg.module:attr"),
-    ("no-such-impl", "unknown implementation 'no-such-impl'; registered: reference, model, aot, jit, or "
-                     "pkg.module:attr"),
+    ("no-such-impl", "unknown implementation 'no-such-impl'; registered: reference, reference-canonical, model, "
+                     "aot, jit, or pkg.module:attr"),
 ])
 def test_a_bad_spec_is_one_line_and_exit_2(scratch, vendored, capsys, spec, message):
     spec, message = spec.format(mod=vendored), message.format(mod=vendored)
