@@ -18,7 +18,7 @@ Mutants. The per-row code takes an integer `mutant`; 0 is the algorithm, any oth
 one planted bug of `MUTANTS` (name -> (id, description)), used by the mutation campaign
 (`python -m decode_topk.conformance.mutation`) to show that the conformance suite observes a bug in
 each step. A write that would leave the output row, or a second write to one slot (a
-race between CTAs, which racecheck reports), is not performed; the row's error count
+race between CTAs, which no sanitizer sees in global memory: the model does), is not performed; the row's error count
 records it and `simulate` raises RuntimeError, as a sanitizer would stop the kernel.
 """
 
@@ -32,11 +32,11 @@ from .mutants import Mutants
 from .topk import validate_inputs
 
 SAMPLES = policy.SAMPLES  # 2048
-SURVIVOR_AIM = policy.SURVIVOR_AIM  # q aims at k + 2560 survivors
+SURVIVOR_AIM = policy.SURVIVOR_AIM  # q aims at k + 2560 keys at or above the cutoff
 UNWRITTEN = -2
 PATH_SHORT, PATH_SAMPLED, PATH_DIRECT = 0, 1, 2
 REASON_NONE, REASON_UNDERFLOW = 0, 2  # reason 1 (overflow) is retired: SPEC.md 2.11
-COPIES = 8  # histogram copies of the direct passes (2.8)
+COPIES = 8  # histogram copies of the selection's passes (2.8)
 
 # ---------------------------------------------------------------------------------------
 # Mutants: planted bugs, one integer each (0 = none). Module-level ints, so numba compiles
@@ -59,18 +59,18 @@ TOP_FIRST_LANE = _mutant("top_first_lane", "vector top = its first lane's key, n
 TOP_STRICT = _mutant("top_strict", "a vector is queued only if top > cutoff (not >=)")
 QUEUE_DROP = _mutant("queue_drop_last", "the CTA queue loses its last entry")
 GT_RANK_COLLIDE = _mutant("gt_rank_collision", "a thread's gt keys all take its first rank")
-SCAN_INCLUSIVE = _mutant("scan_inclusive", "gt prefix of scan2 inclusive instead of exclusive")
+SCAN_INCLUSIVE = _mutant("scan_inclusive", "gt prefix of the round scan inclusive instead of exclusive")
 UNDERFLOW_DROPPED = _mutant("underflow_dropped", "underflow rule dropped")
 UNDERFLOW_LE = _mutant("underflow_at_k", "underflow when G + E <= k")
 UNDERFLOW_INVERTED = _mutant("underflow_inverted", "underflow rule inverted: fall back when G + E >= k")
-DIRECT_EQ_UNLIMITED = _mutant("direct_eq_unlimited", "direct write: eq slots not limited to k - A")
-DIRECT_A1_ONLY = _mutant("direct_above_pass1", "direct path A = A1 (pass 2's above dropped)")
-DIRECT_PASS2_RANK = _mutant("direct_pass2_rank_k", "direct pass 2 selects rank k instead of k - A1")
-DIRECT_PASS2_ALL = _mutant("direct_pass2_unfiltered", "direct pass 2 counts every key, ignoring the pass-1 bin")
+DIRECT_EQ_UNLIMITED = _mutant("direct_eq_unlimited", "the ranked write: eq keys not limited to k - A")
+DIRECT_A1_ONLY = _mutant("direct_above_pass1", "the selection's A = A1 (pass 2's above dropped)")
+DIRECT_PASS2_RANK = _mutant("direct_pass2_rank_k", "the selection's pass 2 selects rank k instead of k - A1")
+DIRECT_PASS2_ALL = _mutant("direct_pass2_unfiltered", "the selection's pass 2 counts every key, ignoring the pass-1 bin")
 RADIX_PASS2_ALL = _mutant("radix_pass2_unfiltered", "radix_select pass 2 counts every key, ignoring the pass-1 bin")
 SELECT_BIN_STRICT = _mutant("select_bin_strict", "select_bin takes the first bin with sum(hist[b:]) > q (off by one)")
 SELECT_BIN_ABOVE = _mutant("select_bin_above_inclusive", "select_bin's above includes the bin itself")
-HIST_COPY_DROP = _mutant("hist_copy_dropped", "direct histograms sum copies 0..6, dropping copy 7")
+HIST_COPY_DROP = _mutant("hist_copy_dropped", "the selection's histograms sum copies 0..6, dropping copy 7")
 HIST_COPY_WARP = _mutant("hist_copy_by_warp", "histogram copy = warp index instead of lane mod 8 (copies >= 8 lost)")
 HIST_CTA_DROP = _mutant("hist_cta_dropped", "the last CTA's histogram never reaches the cluster histogram")
 NAN_AS_NEG = _mutant("nan_as_negative", "NaN keyed as if its sign bit were set")
