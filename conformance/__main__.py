@@ -87,6 +87,8 @@ def _parser():
                               help="judge an outputs .npz against its cases .npz")
     ver.add_argument("cases", help="a cases .npz written by gen")
     ver.add_argument("outputs", help="an outputs .npz: one int32 [rows, k] array per run id")
+    ver.add_argument("--strict", action="store_true",
+                     help="judge against the canonical answer (SPEC.md 1.4), not the contract alone")
     return parser
 
 
@@ -111,7 +113,7 @@ def main(argv=None):
             print(f"wrote the outputs of {args.impl} to {args.out}" + (f"; {failed} runs failed" if failed else ""))
             return 1 if failed else 0
         if args.command == "ver":
-            return 0 if genver.verify(args.cases, args.outputs).ok else 1
+            return 0 if genver.verify(args.cases, args.outputs, strict=args.strict).ok else 1
         impl = args.run_impl or "reference"
         result = run_suite(impl, args.run_level or "ci", args.run_case,
                            builds=_builds(args.run_build, registry.record(impl)), strict=args.run_strict)

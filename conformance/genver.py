@@ -3,11 +3,14 @@
 
     python -m decode_topk.conformance gen --level ci [--case SUBSTR] --out cases.npz
     python -m decode_topk.conformance out cases.npz --impl NAME [--build CxTxV] --out outputs.npz
-    python -m decode_topk.conformance ver cases.npz outputs.npz
+    python -m decode_topk.conformance ver cases.npz outputs.npz [--strict]
 
 `out` is one subject: a registered implementation or pkg.module:attr run on every input.
 `ver` judges with the suite's checker (suite.judge) and prints the suite's table, reasons
 and repro lines; it exits 1 on any violation, 2 on a malformed file (the problem named).
+It judges by the contract (any tie choice, any order), or with `--strict` against the
+canonical answer of SPEC.md 1.4 (the outputs of a build that claims it, e.g. DecodeTopK
+vendored into an engine).
 
 cases.npz (numpy.savez_compressed; load with np.load(path) -- no pickles):
 | key | dtype, shape | meaning |
@@ -185,19 +188,21 @@ def produce(cases_path, impl_name, out_path, build=None, stream=sys.stderr):
     return failed
 
 
-def verify(cases_path, outputs_path, stream=sys.stdout, shown=SHOWN_VIOLATIONS):
+def verify(cases_path, outputs_path, stream=sys.stdout, shown=SHOWN_VIOLATIONS, strict=False):
     """Judge every output of `outputs_path` against its input in `cases_path` with the
-    suite's checker; print the suite's table and summary to `stream` (None: silent) and
-    return the SuiteResult. Raises Malformed (before judging anything) on a bad file."""
+    suite's checker (strict: against the canonical answer too); print the suite's table
+    and summary to `stream` (None: silent) and return the SuiteResult. Raises Malformed
+    (before judging anything) on a bad file."""
     stream = stream if stream is not None else Silent()
     level, runs = load_cases(cases_path)
     outputs = load_outputs(outputs_path, runs)
-    result = SuiteResult(str(outputs_path), level)
+    result = SuiteResult(str(outputs_path), level, strict=bool(strict))
     start = time.perf_counter()
     print(header(False), file=stream)
     for run in runs:
         begin = time.perf_counter()
-        judged = judge(run.case, run.seed, run.logits_bits, run.lengths, run.k, run.block_mode, outputs[run.id])
+        judged = judge(run.case, run.seed, run.logits_bits, run.lengths, run.k, run.block_mode, outputs[run.id],
+                       strict=strict)
         judged.seconds = time.perf_counter() - begin
         result.runs.append(judged)
         print(row_line(judged), file=stream, flush=True)

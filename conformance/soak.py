@@ -203,12 +203,16 @@ def main(argv=None):
     if no_device:  # one line and exit 2, not a traceback from deep inside torch
         print(f"decode_topk.conformance.soak runs on a CUDA GPU: {no_device}", file=sys.stderr)
         return 2
+    try:
+        info = aot_loader.library_info()
+    except (aot_loader.StaleLibraryError, FileNotFoundError, OSError) as e:  # one line and exit 2
+        print(f"decode_topk.conformance.soak needs the AOT library of this kernel source: {e}", file=sys.stderr)
+        return 2
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    results = {"gpu": torch.cuda.get_device_name(), "kernel_source_sha256":
-               aot_loader.library_info()["kernel_source_sha256"], "plan": args.plan, "strict": args.strict,
-               "batches": []}
+    results = {"gpu": torch.cuda.get_device_name(), "kernel_source_sha256": info["kernel_source_sha256"],
+               "plan": args.plan, "strict": args.strict, "batches": []}
     for i, (width, rows) in enumerate(parse_plan(args.plan)):
         if time.perf_counter() - t0 > args.budget:
             results["stopped"] = f"budget of {args.budget} s reached before batch {i}"

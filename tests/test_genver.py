@@ -125,3 +125,18 @@ def test_a_malformed_cases_file_exits_2_naming_the_problem(needles, tmp_path):
     not_npz.write_text("hello")
     result = _cli("ver", str(not_npz), str(outputs_path))
     assert result.returncode == 2 and f"cases {not_npz}: cannot be read as .npz" in result.stderr
+
+
+def test_ver_strict_judges_the_canonical_answer(needles, tmp_path):
+    """The reference's default order (descending key) passes the contract but not --strict;
+    its canonical answer passes both, and the summary names the mode."""
+    cases_path, outputs_path = needles
+    contract = _cli("ver", str(cases_path), str(outputs_path))
+    strict = _cli("ver", str(cases_path), str(outputs_path), "--strict")
+    assert contract.returncode == 0 and "judged: contract" in contract.stdout
+    assert strict.returncode == 1 and "not-canonical" in strict.stdout and "judged: strict" in strict.stdout
+    canonical = tmp_path / "canonical.npz"
+    _, runs = genver.load_cases(cases_path)
+    np.savez(canonical, **{r.id: decode_topk_reference(r.logits_bits, r.lengths, r.k, r.block_mode, canonical=True)
+                           for r in runs})
+    assert _cli("ver", str(cases_path), str(canonical), "--strict").returncode == 0

@@ -46,6 +46,20 @@ def test_main_without_a_gpu_is_one_line_and_exit_2(capsys):
     assert err.startswith("decode_topk.conformance.soak runs on a CUDA GPU: ") and len(err.splitlines()) == 1
 
 
+def test_main_with_a_stale_library_is_one_line_and_exit_2(capsys, monkeypatch):
+    from decode_topk.kernel import aot_loader
+
+    def stale():
+        raise aot_loader.StaleLibraryError("library built from kernel source 000000000000, this is 111111111111")
+
+    monkeypatch.setattr(aot_loader, "no_cuda_device_reason", lambda: None)  # pretend a GPU
+    monkeypatch.setattr(aot_loader, "library_info", stale)
+    assert soak.main(["--plan", "4096:10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("decode_topk.conformance.soak needs the AOT library of this kernel source: ")
+    assert "000000000000" in err and len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("width", [4136, 20000])
 def test_canonical_answer_is_the_checkers(width):
     """Random, tied, -inf, NaN rows and every boundary length (gpu_check.make_batch), every
