@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The H200 gate of one kernel source in two device runs of at most 10 minutes (SPEC.md
+# part 2's "whole H200 gate"; what session 5 ran by hand, docs/evidence/463fb39c209c).
+#
+#   wheel: build here `python -m decode_topk.kernel.aot --arch sm_90a sm_100a && python -m
+#          pip wheel . --no-deps -w dist`, then on the device (carry ["dist"]):
+#          bash conformance/h200_gate.sh wheel
+#          installs the wheel into an empty folder (no DSL) and runs, judged strict: the full
+#          conformance on every build and on the policy's, the GPU tests, the soak (>= 10^6
+#          rows) and the three sanitizers (~7 min).
+#   dsl:   run 1 (carry [".dsl/a"]): bash .dsl/a/stage.sh; within 30 s, run 2 (carry
+#          [".dsl/b"]): bash conformance/h200_gate.sh dsl
+#          the JIT's full conformance on every build, the invariance and PDL tests (~4 min).
+#
+# Every log goes to $OUT/ev (it comes back); a table of the verdicts is printed last.
+# Exit 1 if any step failed.
+set -u
+mode=${1:?usage: h200_gate.sh wheel|dsl}
+ev=${OUT:-build/h200}/ev
+mkdir -p "$ev"
+status=0
+rows=()
+step() {  # step NAME SECONDS COMMAND...: run it with a time limit, log it, keep its last line
+    local name=$1 limit=$2; shift 2
+    local start=$(date +%s)
+    timeout "$limit" "$@" > "$ev/$name.txt" 2>&1
+    local rc=$?
+    [ $rc -ne 0 ] && status=1
+    rows+=("| $name | $rc | $(( $(date +%s) - start )) s | $(grep -v '^\s*$' "$ev/$name.txt" | tail -1 | cut -c1-150) |")
+}
+case "$mode" in
+wheel)
+    python3 -m pip install -q --no-deps --no-index --target /tmp/site dist/*.whl
+    export PYTHONPATH=/tmp/site
+    python3 -c "from decode_topk.kernel import aot_loader as a; print('kernel source', a.kernel_source_sha256()[:12])" \
+        | tee "$ev/kernel_source.txt"
+    step gpu_conformance_full_aot_wheel 110 python3 -m decode_topk.conformance --impl aot --level full --build all
+    step gpu_conformance_full_aot_wheel_policy_builds 60 python3 -m decode_topk.conformance --impl aot --level full
+    step pytest_gpu_aot_wheel 120 python3 -m pytest -q -m gpu tests -p no:cacheprovider
+    step soak 170 python3 -m decode_topk.conformance.soak --budget 125 --out "$ev"
+    step sanitizers 200 bash conformance/sanitizers.sh "$ev/san" 170
+    ;;
+dsl)
+    source .dsl/b/install.sh > /dev/null 2>&1
+    export PYTHONPATH="$(bash .ci/pythonpath):${PYTHONPATH:-}" DECODE_TOPK_AOT_DIR=/nonexistent
+    step gpu_conformance_full_jit 170 python3 -m decode_topk.conformance --impl jit --level full --build all
+    step pytest_gpu_dsl_pdl_invariance 120 python3 -m pytest -q -m gpu tests/test_pdl_gpu.py tests/test_invariance.py \
+        -p no:cacheprovider
+    ;;
+*) echo "usage: h200_gate.sh wheel|dsl" >&2; exit 2 ;;
+esac
+echo
+echo "| step | exit | time | last line |"
+echo "|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
+exit $status
