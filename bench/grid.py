@@ -227,9 +227,35 @@ def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
         rec["dtk_l2_us"] = timer.us(dtk, evict=False)
         rec["floor_l2_us"] = timer.us(floor, evict=False)
         rec["torch_l2_us"] = timer.us(torch_topk, evict=False)
+    if ctx["builds"] and len(slices) == 1:
+        rec["builds_us"] = time_builds(ctx, logits, lengths, seq, k, block_mode, next_n, build, stats)
     if ctx["peer_names"]:
         run_peers(ctx, rec, logits, lengths, k, block_mode, stats)
     return rec
+
+
+def time_builds(ctx, logits, lengths, seq, k, block_mode, next_n, chosen, stats):
+    """`run --builds`: {build name: us (L2 evicted), or 'invalid: ...'} of every other
+    build but 16x512x16 that holds the width, forced (the measurements behind SPEC 2.1's
+    thresholds); each output is checked exactly first, the output poisoned before."""
+    torch, aot, gpu_check, policy, timer = ctx["torch"], ctx["aot"], ctx["check"], ctx["policy"], ctx["timer"]
+    rows, width = logits.shape
+    times = {}
+    for build in policy.BUILDS:
+        if build == chosen or build.capacity < width or build.cluster == 16:  # 16: not a short-row choice
+            continue
+        out = torch.full((rows, k), POISON, dtype=torch.int32, device=logits.device)
+
+        def forced():
+            aot.decode_topk_aot(logits, seq if next_n > 1 else lengths, k, out=out, block_mode=block_mode,
+                                build=build, next_n=next_n)
+
+        forced()
+        torch.cuda.synchronize()
+        counts, _ = gpu_check.check(logits, lengths, k, block_mode, out, stats=stats)
+        bad = int(sum(counts.values()))
+        times[build.name] = f"invalid: {bad} violations" if bad else timer.us(forced)
+    return times
 
 
 # ---------------------------------------------------------------------------------------
@@ -524,7 +550,7 @@ def run(args):
            "timer": Timer(torch, args.warmup, args.reps), "l2": not args.no_l2, "live": live,
            "peers": peers_mod, "peer_names": peer_names, "peer_fns": {}, "peer_off": {}, "peer_last_s": {},
            "full_width_only": {n for n in peer_names if _lengths_ignored(peers_mod, n)},
-           "peer_timeout": args.peer_timeout, "deadline": t0 + args.budget}
+           "peer_timeout": args.peer_timeout, "deadline": t0 + args.budget, "builds": args.builds}
     info = aot_loader.library_info()
     timing = f"CUDA graph replay, L2 evicted, median of {args.reps} after {args.warmup}"
     if ctx["l2"]:
@@ -1145,13 +1171,51 @@ def results_md(results, extras, png, targets=None, time_keys=PEER_TIME_KEYS, com
     lines += [f"![DecodeTopK, the fastest valid peer and the floor against the valid length]({_rel(png, md_dir)})",
               "", "## The grid", "", table(results, names, time_keys).split("\n", 2)[2]]
     for extra in extras:
-        kind = "ragged lengths (0.7-1.3 x nominal)" if any(p.get("ragged") for p in extra["points"]) else \
-            f"next_n = {extra['points'][0].get('next_n')} (decode_topk_seq_lens)"
+        if any(p.get("ragged") for p in extra["points"]):
+            kind = "ragged lengths (0.7-1.3 x nominal)"
+        elif extra["points"][0].get("next_n", 1) > 1:
+            kind = f"next_n = {extra['points'][0].get('next_n')} (decode_topk_seq_lens)"
+        else:
+            pts = extra["points"]
+            kind = (f"more points: rows {sorted({p['rows'] for p in pts})} x lengths "
+                    f"{sorted({p['length'] for p in pts})} x k {sorted({p['k'] for p in pts})}, "
+                    f"{', '.join(sorted({p['data'] for p in pts}))}")
         sha = extra["kernel_source_sha256"][:12]
         if sha != results["kernel_source_sha256"][:12]:
             kind += f" (kernel source `{sha}`, {extra['date']})"
         lines += [f"## {kind}", "", _ratio_summary(extra["points"], time_keys) + ".", "",
                   table(extra, names, time_keys).split("\n", 2)[2]]
+    forced = builds_table([p for res in (results, targets, *extras) if res for p in res["points"]])
+    if forced:
+        lines += ["", "## Every build forced (`run --builds`)", "",
+                  "The same points with every other build that holds the width forced (16x512x16 left out), "
+                  "each output checked first: the measurements behind SPEC.md 2.1's rules. The policy's "
+                  "build is in bold.", "", forced]
+    return "\n".join(lines)
+
+
+def builds_table(points):
+    """The markdown table of `run --builds` (None if no point has it): per point the
+    policy's build and every other build forced (us, L2 evicted), the fastest, and the
+    policy's time over the fastest (1.00: the policy chose the fastest build)."""
+    from decode_topk.kernel.policy import BUILDS
+
+    rows = [p for p in points if isinstance(p.get("builds_us"), dict) and _num(p.get("dtk_us")) is not None]
+    if not rows:
+        return None
+    present = {p["build"] for p in rows} | {name for p in rows for name in p["builds_us"]}
+    names = [b.name for b in BUILDS if b.name in present]
+    cols = ["data", "rows", "length", "k", "policy's build"] + [f"{n} us" for n in names] + \
+        ["fastest build", "policy / fastest"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for p in rows:
+        times = {n: us for n, us in p["builds_us"].items() if _num(us) is not None}
+        times[p["build"]] = p["dtk_us"]
+        best = min(times, key=times.get)
+        cells = [p["data"], p["rows"], p.get("width", p["length"]), p["k"], p["build"]]
+        cells += [(f"**{p['dtk_us']}**" if n == p["build"] else str(p["builds_us"].get(n, "-"))) for n in names]
+        cells += [best, f"{p['dtk_us'] / times[best]:.2f}"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 
 
@@ -1212,6 +1276,8 @@ def main(argv=None):
                    help="a peer taking longer at one point is not run again; one holding the GPU twice as long "
                         "ends the run, with what it has written (default 60)")
     r.add_argument("--no-l2", action="store_true", help="skip the L2-resident times (no eviction before replays)")
+    r.add_argument("--builds", action="store_true",
+                   help="also time every other build that holds the width in one launch, forced (builds_us)")
     p = sub.add_parser("report", help="the PNG and RESULTS.md from run's JSON (any machine; needs matplotlib)")
     add_report_arguments(p)
     args = ap.parse_args(argv)

@@ -1,6 +1,6 @@
 """Where the time goes: CTA 0's %clock at each PROFILE_STAMPS point (the profile build).
 
-    source .dsl/b/install.sh && python bench/profile_phases.py
+    source .dsl/b/install.sh && python bench/profile_phases.py [cluster] [one-cta]
 
 Needs the DSL on the GPU machine (the profile build is not in the AOT library). Data:
 indexer-like rows at rho 0.9 (bench/grid.py make_logits). Prints, per configuration, the
@@ -8,6 +8,7 @@ median over rows of the cycles since kernel entry at each stamp and the paths th
 took (bench/NOTES.md keeps the history).
 """
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -20,30 +21,67 @@ from grid import make_logits  # noqa: E402
 
 from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
 
-# (rows, width, k, block_mode, (cluster, vectors))
-CONFIGS = [(1, 131072, 2048, False, (8, 8)), (8, 131072, 2048, False, (8, 8)), (32, 32768, 2048, False, (4, 8)),
-           (64, 8192, 512, False, (4, 8)), (1, 131072, 512, True, (8, 8)), (1, 1048576, 512, False, (16, 16))]
+# (rows, width, k, block_mode, (cluster, vectors), overrides): overrides sets attributes
+# of the DecodeTopK before it compiles, so one run compares variants of a build that do
+# not exist as code paths of their own (e.g. direct_max=1 << 30: every row direct;
+# threads=1024: a thread count other than threads_for(cluster)).
+DIRECT = {"direct_max": 1 << 30}
+CONFIGS = {
+    "cluster": [(1, 131072, 2048, False, (8, 8), {}), (8, 131072, 2048, False, (8, 8), {}),
+                (32, 32768, 2048, False, (4, 8), {}), (64, 8192, 512, False, (4, 8), {}),
+                (1, 131072, 512, True, (8, 8), {}), (1, 1048576, 512, False, (16, 16), {})],
+    "one-cta": [(64, 8192, 512, False, (1, 8), {}), (128, 8192, 2048, False, (1, 8), {}),
+                (1, 8192, 512, False, (1, 8), {}), (32, 32768, 2048, False, (1, 8), {}),
+                (128, 65536, 512, False, (1, 16), {}), (128, 65536, 512, False, (1, 16), DIRECT)],
+    "one-cta-1024": [(rows, width, k, False, (1, 8), dict(over, threads=1024))
+                     for rows, width, k in ((64, 8192, 512), (128, 8192, 2048), (64, 16384, 512), (32, 32768, 2048),
+                                            (64, 32768, 512), (128, 65536, 512), (128, 65536, 2048))
+                     for over in ({}, DIRECT)],
+}
 
 
-def main():
-    for rows, width, k, block_mode, (cluster, vectors) in CONFIGS:
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sets", nargs="*", default=["cluster"], choices=sorted(CONFIGS),
+                        help="which configurations (default: cluster)")
+    for name in parser.parse_args(argv).sets:
+        for config in CONFIGS[name]:
+            profile(*config)
+
+
+def profile(rows, width, k, block_mode, build, overrides):
+    """Print one configuration's median stamps and the paths its rows took."""
+    cluster, vectors = build
+    overrides = dict(overrides)
+    own = dtk.threads_for
+    threads = overrides.pop("threads", None)
+    if threads is not None:
+        dtk.threads_for = lambda c: threads if c == cluster else own(c)
+    try:
         topk = dtk.DecodeTopK(k, cluster, vectors, block_mode, profile=True)
-        compiled = cute.compile(topk, *dtk.fake_arguments(k, topk.trace_width))
-        logits = make_logits(torch, "rho0.9", rows, width, seed=rows * 7 + width)
-        lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
-        out = torch.empty((rows, k), dtype=torch.int32, device="cuda")
-        trace = torch.zeros((rows, topk.trace_width), dtype=torch.int32, device="cuda")
-        for _ in range(3):
-            trace.zero_()
-            compiled(*dtk.cute_arguments(logits, lengths, out, trace))
-            torch.cuda.synchronize()
-        fields = trace.cpu().numpy().astype(np.int64)
-        stamps = fields[:, len(dtk.TRACE_FIELDS):]
-        since = np.where(stamps != 0, (stamps - stamps[:, :1]) & 0xFFFFFFFF, -1)  # %clock wraps at 2^32
-        median = np.median(since, axis=0)
-        print(f"== rows {rows} width {width} k {k} {'block' if block_mode else 'token'} build {cluster}x{vectors} "
-              f"paths {np.bincount(fields[:, 0], minlength=3).tolist()}")
-        print("   " + "  ".join(f"{name}={int(v)}" for name, v in zip(dtk.PROFILE_STAMPS, median) if v >= 0))
+    finally:
+        dtk.threads_for = own
+    for name, value in overrides.items():
+        if not hasattr(topk, name):
+            raise SystemExit(f"profile_phases.py: DecodeTopK has no attribute {name!r} to override")
+        setattr(topk, name, value)
+    compiled = cute.compile(topk, *dtk.fake_arguments(k, topk.trace_width))
+    logits = make_logits(torch, "rho0.9", rows, width, seed=rows * 7 + width)
+    lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
+    out = torch.empty((rows, k), dtype=torch.int32, device="cuda")
+    trace = torch.zeros((rows, topk.trace_width), dtype=torch.int32, device="cuda")
+    for _ in range(3):
+        trace.zero_()
+        compiled(*dtk.cute_arguments(logits, lengths, out, trace))
+        torch.cuda.synchronize()
+    fields = trace.cpu().numpy().astype(np.int64)
+    stamps = fields[:, len(dtk.TRACE_FIELDS):]
+    since = np.where(stamps != 0, (stamps - stamps[:, :1]) & 0xFFFFFFFF, -1)  # %clock wraps at 2^32
+    median = np.median(since, axis=0)
+    rule = "".join(f" {name}={value}" for name, value in overrides.items())
+    print(f"== rows {rows} width {width} k {k} {'block' if block_mode else 'token'} build "
+          f"{cluster}x{topk.threads}x{vectors}{rule} paths {np.bincount(fields[:, 0], minlength=3).tolist()}")
+    print("   " + "  ".join(f"{name}={int(v)}" for name, v in zip(dtk.PROFILE_STAMPS, median) if v >= 0))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,12 @@ from .trace import q_for, sample_positions
 from .coverage import top_slot_length, top_slot_vectors
 
 CUTOFF_BITS = 0x3F80  # 1.0
-CLUSTERS = (4, 8, 16)
+from decode_topk.kernel.policy import BUILDS, direct_max_length  # noqa: E402
+
+def clusters_for(width):
+    """The cluster sizes of the builds that hold rows of `width` logits: the sample
+    positions a row must steer (they depend on C)."""
+    return tuple(sorted({build.cluster for build in BUILDS if build.capacity >= width}))
 POS_NAN = 0x7FC0
 
 
@@ -42,7 +47,7 @@ def controlled_row(rng, width, length, n_gt, n_eq, k_max=2048):
     row = _background(rng, width)
     row[length:] = _garbage(rng, width - length)
     q = q_for(length, k_max)
-    sets = [np.unique(sample_positions(length, c)) for c in CLUSTERS]
+    sets = [np.unique(sample_positions(length, c)) for c in clusters_for(width)]
     union = np.unique(np.concatenate(sets))
     picks = set()
     for s in sets:
@@ -78,9 +83,27 @@ def make_samples_hit_top(rng, width, lengths, top=400):
     for r, length in enumerate(lengths):
         row = _background(rng, width)
         row[length:] = _garbage(rng, width - length)
-        pos = np.unique(np.concatenate([sample_positions(length, c) for c in CLUSTERS]))
+        pos = np.unique(np.concatenate([sample_positions(length, c) for c in clusters_for(width)]))
         where = rng.choice(pos, size=top, replace=False)
         row[where] = rng.permutation(np.arange(0x4000, 0x4000 + top, dtype=np.uint16))
+        logits[r] = row
+    return logits, np.array(lengths)
+
+
+def make_one_cta_hits(rng, width, lengths):
+    """Underflow on the 1-CTA builds' sampled rows (longer than 32,768): the row's 2048
+    largest values (distinct) sit exactly at the 1-CTA builds' 2048 sample positions, so
+    the cutoff is the q-th largest value of the row and exactly q keys are at or above it:
+    an underflow wherever q < k (one_cta_intent). Shorter rows take the direct path there,
+    and a sampled attempt on them would underflow too, which their traces would show.
+    At these short lengths the samples are a large share of the row, and the multi-CTA
+    builds' other sample positions would dilute the steering (make_samples_hit_top)."""
+    logits = np.empty((len(lengths), width), np.uint16)
+    for r, length in enumerate(lengths):
+        row = _background(rng, width)
+        row[length:] = _garbage(rng, width - length)
+        where = sample_positions(length, 1)
+        row[where] = rng.permutation(np.arange(0x4000, 0x4000 + where.size, dtype=np.uint16))
         logits[r] = row
     return logits, np.array(lengths)
 
@@ -209,6 +232,9 @@ WIDE_SPECS = (
     (524288, 7500, 1500),  # G + E past 8192
 )
 SAMPLE_HIT_LENGTHS = (W_SAMPLED, 65536 + 8192)
+# The middle of each staged-vector slot s >= 1 of the 1-CTA builds (nv in (512 s, 512 (s+1)]).
+ONE_CTA_LENGTHS_8 = tuple(2048 * (2 * s + 1) for s in range(1, 8))  # direct (<= 32,768)
+ONE_CTA_LENGTHS_16 = tuple(2048 * (2 * s + 1) for s in range(8, 16))  # 1x512x16, sampled
 # (length, above): ties at K that end inside the first chunk, mid-row, inside the last.
 TIE_SPREAD_SPECS = ((600, 0), (1100, 100), (2100, 2000), (4100, 1), (4103, 511), (40000, 0), (40000, 2047),
                     (W_SAMPLED, 300), (W_SAMPLED - 7, 1500))
@@ -232,7 +258,7 @@ def controlled_intent(specs):
         cluster, threads, _ = build
         rows = []
         for length, n_gt, n_eq in specs:
-            if -(-length // 8) <= cluster * threads:
+            if length <= direct_max_length(cluster):
                 rows.append((2, 0))
             elif n_gt + n_eq < k:
                 rows.append((2, 2))
@@ -249,12 +275,30 @@ def hit_intent(lengths):
     return intent
 
 
+def one_cta_intent(lengths):
+    """Rows of make_one_cta_hits: direct up to the build's direct_max_length; past it on a
+    1-CTA build underflow where q < k, else sampled, and on the others a sampled attempt
+    (any outcome)."""
+    def intent(build, k):
+        cluster, threads, _ = build
+        rows = []
+        for length in lengths:
+            if length <= direct_max_length(cluster):
+                rows.append((2, 0))
+            elif cluster == 1:
+                rows.append((2, 2) if q_for(length, k) < k else (1, 0))
+            else:
+                rows.append((1, None))
+        return rows
+    return intent
+
+
 def threshold_intent(lengths):
     """Rows of make_normal_rows around nv = C T: a sampled attempt (any outcome) past one
     vector a thread, direct at or below it."""
     def intent(build, k):
         cluster, threads, _ = build
-        return [(1, None) if -(-length // 8) > cluster * threads else (2, 0) for length in lengths]
+        return [(1, None) if length > direct_max_length(cluster) else (2, 0) for length in lengths]
     return intent
 
 
@@ -285,7 +329,12 @@ def top_slot_specs(builds):
     stages its top slot (coverage.top_slot_length): crowded (G = 12000), underflow
     (G + E = 511 < k) and sampled (G + E = 8192), at every k."""
     length = top_slot_length(builds)
-    return ((length, 12000, 300), (length, 200, 311), (length, 7999, 193))
+    # The cutoff needs q + 2 copies of 1.0 at each build's sample positions (controlled_row):
+    # at the 1-CTA builds' short top-slot lengths q is large, so more equal keys are placed.
+    need = len(clusters_for(length + 7)) * (q_for(length, 2048) + 2)
+    if need <= 193:
+        return ((length, 12000, 300), (length, 200, 311), (length, 7999, 193))
+    return ((length, 12000, need), (length, 200, need), (length, 3000, need))
 
 
 def make_top_slot_rows(rng, width, specs, builds):
@@ -303,7 +352,7 @@ def make_top_slot_rows(rng, width, specs, builds):
         lanes = np.arange(8, dtype=np.int64)
         vectors = np.concatenate([top_slot_vectors(b, length) for b in builds])
         targets = np.unique((8 * vectors[:, None] + lanes).ravel())
-        samples = np.concatenate([sample_positions(length, c) for c in CLUSTERS])
+        samples = np.concatenate([sample_positions(length, c) for c in clusters_for(width)])
         targets = np.setdiff1d(targets[targets < length], samples)
         # controlled_row's values: above 1.0 in (0x3F80, 0x4380), the background below 1.0
         # (positive bits under 0x3F80, or negative).

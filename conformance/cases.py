@@ -330,6 +330,17 @@ CASES = (
     _top_slot_case("top-slot-8-vectors", 310, ("8x512x8", "4x1024x8")),  # C T = 4096: one row for both
     _top_slot_case("top-slot-8x512x16", 311, ("8x512x16",)),
     _top_slot_case("top-slot-16x512x16", 312, ("16x512x16",)),
+    # (The 1-CTA builds' top slots are reached by the cases below and by the ci cases up to
+    # 65,536 logits wide, so they need no top-slot case of their own.)
+    Case("one-cta-direct", "ci", 316,
+         partial(algo.make_one_cta_hits, width=32768, lengths=algo.ONE_CTA_LENGTHS_8),
+         "1x512x8's direct rows at slots 1-7, the 2048 largest values at the 1-CTA sample positions "
+         "(a sampled attempt, which SPEC 2.3 rules out there, would underflow)",
+         modes=(False,), intent=algo.one_cta_intent(algo.ONE_CTA_LENGTHS_8)),
+    Case("one-cta-underflow-wide", "ci", 317,
+         partial(algo.make_one_cta_hits, width=65536, lengths=algo.ONE_CTA_LENGTHS_16),
+         "the 2048 largest values at the 1-CTA sample positions: 1x512x16's sampled rows underflow (q < k), "
+         "slots 8-15", modes=(False,), intent=algo.one_cta_intent(algo.ONE_CTA_LENGTHS_16)),
     # --- full: ci plus the big ones ---------------------------------------------------------
     Case("indexer-64x131072", "full", 201, partial(make_indexer, rows=64, width=131072, rho=0.9, heads=32, dim=64),
          "a decode batch of indexer-like rows at rho 0.9"),

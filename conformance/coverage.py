@@ -27,7 +27,7 @@ from collections import Counter
 
 import numpy as np
 
-from decode_topk.kernel.policy import BUILDS, LOGITS_PER_VECTOR, Build
+from decode_topk.kernel.policy import BUILDS, KS, LOGITS_PER_VECTOR, Build, direct_max_length
 
 from .trace import PATH_NAMES, REASON_NAMES, chunks
 
@@ -111,33 +111,41 @@ def reachable(build):
     largest is ceil(nv / C)).
 
     Token mode (n = length, SPEC.md 2.3):
-    - short (n <= k <= 2048): nv <= 256 < C T (C T >= 4096 in every build), so slot 0 only,
+    - short (n <= k <= 2048): nv <= 256 <= C T (C T >= 512 in every build), so slot 0 only,
       or no slot at length 0.
-    - direct without a sampled attempt (n > k and nv <= C T): slot 0 only, since nv <= C T
-      puts at most T vectors in every chunk; reachable because k + 1 <= 8 C T.
-    - a sampled attempt (nv > C T): slots 0 .. ceil(nv / (C T)) - 1, so every slot up to
-      V - 1 (at capacity). Each outcome, sampled (path 1, reason 0) and underflow
-      (path 2, reason 2), is reachable at every such length, because the cutoff is the
-      q-th largest of the 2048 sampled keys (q <= 289 < k) and the outcome is set by the
-      other >= 8 C T - 2048 >= 30,720 positions: the row's largest values at the sample
-      positions and nothing else at or above the cutoff underflows (fewer than k keys at
-      or above it); k or more such keys succeed (conformance/algorithm_cases.py builds
-      exactly such rows: make_controlled, make_samples_hit_top).
+    - direct without a sampled attempt (k < n <= D, D = direct_max_length(C) = 8 C T d,
+      d = 1 vector a thread on a cluster, 8 at C = 1): slots 0 .. min(d, V) - 1, since
+      nv <= d C T puts at most d T vectors in every chunk; reachable because k + 1 <= 8 C T.
+    - a sampled attempt (n > D, where D < capacity; not on 1x512x8, whose capacity is D):
+      slots 0 .. ceil(nv / (C T)) - 1, so every slot up to V - 1 (at capacity). Each
+      outcome, sampled (path 1, reason 0) and underflow (path 2, reason 2), is reachable at
+      every such length, because the cutoff is the q-th largest of the 2048 sampled keys and
+      the outcome is set by the other positions: the row's largest values at the sample
+      positions and nothing else at or above the cutoff underflows when q < k (exactly q
+      keys at or above it; q <= 289 < k, since n > 32,760 in every build); k or more such
+      keys succeed (conformance/algorithm_cases.py builds exactly such rows:
+      make_controlled, make_samples_hit_top, make_one_cta_hits).
     Block mode (n = nv, no sampled path):
-    - short (nv <= k <= 2048 < C T): slot 0, or no slot at length 0.
+    - short (nv <= k <= 2048): slots 0 .. ceil(ceil(2048 / C) / T) - 1 (slot 0 at C >= 4,
+      where C T >= 4096; slots 0-3 at C = 1), or no slot at length 0.
     - direct, reason 0, for k < nv <= C T V: every slot 0 .. V - 1.
     No other (path, reason) is possible: the sampled path and the fallbacks exist only in
-    token mode for nv > C T, and a short row never falls back.
+    token mode for n > D, and a short row never falls back.
     """
     label = build_label(build)
-    vectors = normalize_build(build).vectors
+    cluster, threads, vectors = normalize_build(build)
     combos = set()
     for mode in MODE_NAMES.values():
         combos |= {(label, mode, NO_SLOT, SHORT, NONE), (label, mode, 0, SHORT, NONE)}
-    combos.add((label, "token", 0, DIRECT, NONE))
+    per_cta = -(-max(KS) // cluster)  # a short block row's largest chunk, in vectors
+    combos |= {(label, "block", s, SHORT, NONE) for s in range(min(vectors, -(-per_cta // threads)))}
+    direct_vectors = direct_max_length(cluster) // (8 * cluster * threads)  # d
     for s in range(vectors):
         combos.add((label, "block", s, DIRECT, NONE))
-        combos |= {(label, "token", s, SAMPLED, NONE), (label, "token", s, DIRECT, UNDERFLOW)}
+        if s < direct_vectors:
+            combos.add((label, "token", s, DIRECT, NONE))
+        if direct_vectors < vectors:
+            combos |= {(label, "token", s, SAMPLED, NONE), (label, "token", s, DIRECT, UNDERFLOW)}
     return combos
 
 

@@ -100,7 +100,7 @@ def big_batch(rows, width, seed, trace_rows, results):
         n = tc.element_count(lengths, block_mode)
         for k in policy.KS:
             long_rows = int((n > k).sum())
-            for build in [None] + list(policy.BUILDS):
+            for build in [None] + [b for b in policy.BUILDS if logits.shape[1] <= b.capacity]:
                 rec = {"mode": "block" if block_mode else "token", "k": k, "build": build_label(build),
                        "rows": rows, "long_rows": long_rows}
                 try:

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The H200 gate of one kernel source in two device runs of at most 10 minutes (SPEC.md
+# The H200 gate of one kernel source in three device runs of at most 10 minutes (SPEC.md
 # part 2's "whole H200 gate"; what session 5 ran by hand, docs/evidence/463fb39c209c).
 #
 #   wheel: build here `python -m decode_topk.kernel.aot --arch sm_90a sm_100a && python -m
 #          pip wheel . --no-deps -w dist`, then on the device (carry ["dist"]):
 #          bash conformance/h200_gate.sh wheel
 #          installs the wheel into an empty folder (no DSL) and runs, judged strict: the full
-#          conformance on every build and on the policy's, the GPU tests, the soak (>= 10^6
-#          rows) and the three sanitizers (~7 min).
+#          conformance on every build and on the policy's, the GPU tests and the soak
+#          (>= 10^6 rows) (~6 min).
+#   sanitizers: the same wheel, the three compute-sanitizer tools on every build (racecheck
+#          alone is ~3 s a launch, 66 launches at six builds: its own run, ~5 min).
 #   dsl:   run 1 (carry [".dsl/a"]): bash .dsl/a/stage.sh; within 30 s, run 2 (carry
 #          [".dsl/b"]): bash conformance/h200_gate.sh dsl
 #          the JIT's full conformance on every build, the invariance and PDL tests (~4 min).
@@ -15,7 +17,7 @@
 # Every log goes to $OUT/ev (it comes back); a table of the verdicts is printed last.
 # Exit 1 if any step failed.
 set -u
-mode=${1:?usage: h200_gate.sh wheel|dsl}
+mode=${1:?usage: h200_gate.sh wheel|sanitizers|dsl}
 ev=${OUT:-build/h200}/ev
 mkdir -p "$ev"
 status=0
@@ -38,7 +40,11 @@ wheel)
     step gpu_conformance_full_aot_wheel_policy_builds 60 python3 -m decode_topk.conformance --impl aot --level full
     step pytest_gpu_aot_wheel 120 python3 -m pytest -q -m gpu tests -p no:cacheprovider
     step soak 170 python3 -m decode_topk.conformance.soak --budget 125 --out "$ev"
-    step sanitizers 200 bash conformance/sanitizers.sh "$ev/san" 170
+    ;;
+sanitizers)
+    python3 -m pip install -q --no-deps --no-index --target /tmp/site dist/*.whl
+    export PYTHONPATH=/tmp/site
+    step sanitizers 560 bash conformance/sanitizers.sh "$ev/san" 300
     ;;
 dsl)
     source .dsl/b/install.sh > /dev/null 2>&1
@@ -47,7 +53,7 @@ dsl)
     step pytest_gpu_dsl_pdl_invariance 120 python3 -m pytest -q -m gpu tests/test_pdl_gpu.py tests/test_invariance.py \
         -p no:cacheprovider
     ;;
-*) echo "usage: h200_gate.sh wheel|dsl" >&2; exit 2 ;;
+*) echo "usage: h200_gate.sh wheel|sanitizers|dsl" >&2; exit 2 ;;
 esac
 echo
 echo "| step | exit | time | last line |"

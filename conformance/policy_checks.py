@@ -21,20 +21,28 @@ from decode_topk.kernel import policy
 
 # SPEC 2.1's thresholds, spelled out here rather than derived from the policy's own
 # capacities, so that a wrong capacity is seen too.
+EDGE_1_8 = 32768  # 1x512x8
+EDGE_1 = 65536  # 1x512x16
 EDGE_8 = 262144  # 8x512x8 and 4x1024x8
 EDGE_16 = 524288  # 8x512x16
 EDGE_MAX = 1048576  # 16x512x16
+EDGE_DIRECT = 32768  # the direct path's longest token row at 4 and 8 CTAs (one vector a thread)
 
 
-def _resident_table(small, large16):
-    """resident(build): `small` clusters of each 8- and 4-CTA build, `large16` of 16x512x16."""
-    return lambda build: large16 if build.cluster == 16 else small
+def _resident_table(small, large16, four=None):
+    """resident(build): `small` clusters of each 8-CTA build (and of the 4-CTA one unless
+    `four` is given), `large16` of 16x512x16."""
+    return lambda build: large16 if build.cluster == 16 else (four if build.cluster == 4 and four else small)
 
 
 def expected_build(rows, width, resident):
     """SPEC 2.1's build for rows x width, as a name (independent of kernel/policy.py)."""
     if width <= EDGE_8:
-        return "8x512x8" if rows <= resident(policy.Build(8, 512, 8)) else "4x1024x8"
+        if rows <= resident(policy.Build(8, 512, 8)):
+            return "8x512x8"
+        if width <= EDGE_1 and rows > resident(policy.Build(4, 1024, 8)):
+            return "1x512x8" if width <= EDGE_1_8 else "1x512x16"
+        return "4x1024x8"
     if width <= EDGE_16:
         return "8x512x16"
     return "16x512x16"
@@ -55,12 +63,14 @@ def edge_problems(p=policy):
 
 def _edge_problems(p):
     problems = []
-    widths = sorted({0, 1, 8, 4096, EDGE_8 - 1, EDGE_8, EDGE_8 + 1, EDGE_16 - 1, EDGE_16, EDGE_16 + 1,
-                     EDGE_MAX - 1, EDGE_MAX})
-    for small, large16 in ((15, 7), (30, 14), (1, 1)):
-        resident = _resident_table(small, large16)
+    widths = sorted({0, 1, 8, 4096, EDGE_1_8 - 1, EDGE_1_8, EDGE_1_8 + 1, EDGE_1 - 1, EDGE_1, EDGE_1 + 1,
+                     EDGE_8 - 1, EDGE_8, EDGE_8 + 1, EDGE_16 - 1, EDGE_16, EDGE_16 + 1, EDGE_MAX - 1, EDGE_MAX})
+    for small, large16, four in ((15, 7, 30), (30, 14, None), (1, 1, None)):
+        resident = _resident_table(small, large16, four)
+        four = four or small
         for width in widths:
-            for rows in sorted({1, small - 1, small, small + 1, 2 * large16, 2 * large16 + 1} - {0}):
+            for rows in sorted({1, small - 1, small, small + 1, four - 1, four, four + 1, 2 * large16,
+                                2 * large16 + 1} - {0}):
                 try:
                     got = p.build_for(rows, width, resident).name
                 except ValueError as exc:
@@ -85,21 +95,26 @@ def _edge_problems(p):
         except ValueError as exc:
             problems.append(f"check_width({width}) refused a width a build holds: {exc}")
     for build, capacity in (("8x512x8", EDGE_8), ("4x1024x8", EDGE_8), ("8x512x16", EDGE_16),
-                            ("16x512x16", EDGE_MAX)):
+                            ("16x512x16", EDGE_MAX), ("1x512x8", EDGE_1_8), ("1x512x16", EDGE_1)):
         if p.Build.parse(build).capacity != capacity:
             problems.append(f"{build}.capacity is {p.Build.parse(build).capacity}, SPEC 2.1 says {capacity}")
-    for cluster, want in ((4, 1024), (8, 512), (16, 512)):
+    for cluster, want in ((1, 512), (4, 1024), (8, 512), (16, 512)):
         if p.threads_for(cluster) != want:
             problems.append(f"threads_for({cluster}) = {p.threads_for(cluster)}, SPEC 2.1 says {want}")
+    # SPEC 2.3: the direct path's longest token row, one vector a thread on a cluster and
+    # eight at one CTA
+    for cluster, want in ((1, EDGE_1_8), (4, EDGE_DIRECT), (8, EDGE_DIRECT), (16, 2 * EDGE_DIRECT)):
+        if p.direct_max_length(cluster) != want:
+            problems.append(f"direct_max_length({cluster}) = {p.direct_max_length(cluster)}, SPEC 2.3 says {want}")
     want_builds = {(4, 8): 8, (8, EDGE_8): 8, (8, EDGE_8 + 1): 16, (8, EDGE_16): 16, (8, EDGE_16 + 1): None,
-                   (16, EDGE_MAX): 16}
+                   (16, EDGE_MAX): 16, (1, EDGE_1_8): 8, (1, EDGE_1_8 + 1): 16, (1, EDGE_1): 16, (1, EDGE_1 + 1): None}
     for (cluster, width), want in want_builds.items():
         if p.vectors_for(width, cluster) != want:
             problems.append(f"vectors_for({width}, {cluster}) = {p.vectors_for(width, cluster)}, SPEC 2.1 says {want}")
     precompiled = {b.name for b in p.precompile_builds(EDGE_MAX)}
-    if precompiled != {"8x512x8", "4x1024x8", "8x512x16", "16x512x16"}:
+    if precompiled != {"8x512x8", "4x1024x8", "8x512x16", "16x512x16", "1x512x8", "1x512x16"}:
         problems.append(f"precompile_builds({EDGE_MAX}) = {sorted(precompiled)}, not every build of SPEC 2.1")
-    if {b.name for b in p.precompile_builds(EDGE_8)} != {"8x512x8", "4x1024x8"}:
+    if {b.name for b in p.precompile_builds(EDGE_8)} != {"8x512x8", "4x1024x8", "1x512x8", "1x512x16"}:
         problems.append(f"precompile_builds({EDGE_8}) = {sorted(b.name for b in p.precompile_builds(EDGE_8))}")
     return problems
 
@@ -107,11 +122,16 @@ def _edge_problems(p):
 # ---------------------------------------------------------------------------------------
 # Planted bugs
 # ---------------------------------------------------------------------------------------
-def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width_16=lambda w, c: w <= c):
+def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width_16=lambda w, c: w <= c,
+                 width_1=lambda w, c: w <= c, many=lambda r, n: r > n):
     def cluster_for(rows, width, resident):
         policy.check_width(width)
         if width_8(width, policy.Build.of(8, 8).capacity):
-            return 8 if rows_ok(rows, resident(policy.Build.of(8, 8))) else 4
+            if rows_ok(rows, resident(policy.Build.of(8, 8))):
+                return 8
+            if width_1(width, policy.Build.of(1, 16).capacity) and many(rows, resident(policy.Build.of(4, 8))):
+                return 1
+            return 4
         if width_16(width, policy.Build.of(8, 16).capacity):
             return 8
         return 16
@@ -151,6 +171,11 @@ POLICY_MUTANTS = {
     "resident_past": ("8x512x8 for rows = resident + 1", lambda: _cluster_for(rows_ok=lambda r, n: r <= n + 1)),
     "rows_ignored": ("8x512x8 whatever the rows", lambda: _cluster_for(rows_ok=lambda r, n: True)),
     "width_16_strict": ("8x512x16 only for width < 524288", lambda: _cluster_for(width_16=lambda w, c: w < c)),
+    "width_1_strict": ("1-CTA builds only for width < 65536", lambda: _cluster_for(width_1=lambda w, c: w < c)),
+    "width_1_past": ("1-CTA builds take width 65537", lambda: _cluster_for(width_1=lambda w, c: w <= c + 1)),
+    "one_cta_at_resident": ("1-CTA builds from rows = resident 4-CTA clusters (not one more)",
+                            lambda: _cluster_for(many=lambda r, n: r >= n)),
+    "one_cta_never": ("no 1-CTA build", lambda: _cluster_for(many=lambda r, n: False)),
     "width_16_past": ("8x512x16 takes width 524289", lambda: _cluster_for(width_16=lambda w, c: w <= c + 1)),
     "waves_three": ("the 16-CTA build takes three waves", lambda: _max_rows(waves=3)),
     "waves_one": ("the 16-CTA build takes one wave", lambda: _max_rows(waves=1)),
@@ -163,6 +188,13 @@ POLICY_MUTANTS = {
     "width_max_past": ("check_width accepts 1048577", lambda: _check_width(high=policy.MAX_WIDTH + 1)),
     "width_max_strict": ("check_width refuses 1048576", lambda: _check_width(high=policy.MAX_WIDTH - 1)),
     "width_negative": ("check_width accepts -1", lambda: _check_width(low=-1)),
+    "direct_one_vector_at_one_cta": ("the 1-CTA builds sample past one vector a thread (4,096 logits), "
+                                     "as a cluster does",
+                                     lambda: {"direct_max_length": lambda cluster: 8 * cluster *
+                                              policy.threads_for(cluster)}),
+    "direct_max_past": ("the direct path takes one logit past its longest row",
+                        lambda: {"direct_max_length": (lambda own: lambda cluster: own(cluster) + 1)(
+                            policy.direct_max_length)}),
     "threads_swapped": ("1024 threads at 8 CTAs, 512 at 4",
                         lambda: {"threads_for": lambda cluster: 1024 if cluster == 8 else 512}),
 }

@@ -29,6 +29,10 @@ CASES = (
     ("sampled-eq-capped", "more than k keys equal to the cutoff in a CTA"),
     ("lengths", "short rows (n <= k), the direct path, lengths 0, 1, k +- 1, partial vectors"),
     ("mostly-neg-inf", "block mode: -inf blocks written as -1, the pinned newest block"),
+    # the 1-CTA builds' own rows (the cases above are wider than 65,536 or shorter than 4,096)
+    ("plateau", "1x512x16's sampled path (rows of 65,536 logits)"),
+    ("one-cta-underflow-wide", "1x512x16's underflow -> direct path"),
+    ("one-cta-direct", "1x512x8's direct path over 1-7 vectors a thread"),
 )
 
 

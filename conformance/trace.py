@@ -73,7 +73,7 @@ def expected_row_trace(keys, length, k, block_mode, build):
     kth, above = kth_and_above(keys, k)
     tr[PATH] = 2
     tr[KTH], tr[ABOVE] = kth, above
-    if block_mode or nv <= cluster * threads:
+    if block_mode or length <= policy.direct_max_length(cluster):
         return tr
     q = q_for(length, k)
     samples = keys[sample_positions(length, cluster)]

@@ -98,6 +98,7 @@ from .policy import (
     check_logits,
     check_width,
     cluster_for,
+    direct_max_length,
     launch,
     launch_slices,
     max_rows,
@@ -312,9 +313,15 @@ def max_u16x2(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
                                   is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
 
 
-def shfl_up(value, delta):
-    """value of the lane delta below (own value in the lowest lanes)."""
-    return cute.arch.shuffle_sync_up(value, delta)
+def warp_inclusive_sum(value, lane):
+    """The sum of value over lanes 0 .. lane (Hillis-Steele: five shuffles up, each lane
+    adding the value 1, 2, 4, 8, 16 lanes below while there is one). A plain function, so
+    its loop is Python's, unrolled as it is traced (range_constexpr is for @cute.jit bodies)."""
+    inclusive = value
+    for i in range(5):
+        other = cute.arch.shuffle_sync_up(inclusive, 1 << i)
+        inclusive = _pick(lane >= (1 << i), inclusive + other, inclusive)
+    return inclusive
 
 
 def cluster_sync():
@@ -356,11 +363,11 @@ def block_key(words):
 
 
 def hist_add(hist, bin_, valid, lane, copies):
-    """Count each valid lane's bin_. Why the uniform test: real indexer rows crowd a few
-    bins, and 32 lanes adding 1 to one word serialize, so a warp whose valid lanes share
-    one bin makes one add of their count (lane 0); any other warp adds lane by lane, into
-    copy lane mod copies (8 for whole-row histograms, bin-major so that a bin's copies sit
-    in 8 banks; 1 for the radix selects). Every lane of the warp must call it."""
+    """Count each valid lane's bin_ (the radix selects' one-copy histograms; the passes
+    test a vector at a time, DecodeTopK.hist_add_vector). Why the uniform test: real
+    indexer rows crowd a few bins, and 32 lanes adding 1 to one word serialize, so a warp
+    whose valid lanes share one bin makes one add of their count (lane 0); any other warp
+    adds lane by lane, into copy lane mod copies. Every lane of the warp must call it."""
     first_bin, uniform, lanes = warp_uniform_bin(bin_, valid)
     shared_red(hist + first_bin * copies * 4, popc(lanes), uniform & _pick(lane == 0, 1, 0))
     if const_expr(copies == 1):
@@ -388,10 +395,7 @@ def select_bin(hist: Int32, q: Int32, result: Int32, lane: Int32):
     total = Int32(0)
     for j in cutlass.range_constexpr(8):
         total = total + counts[j]
-    inclusive = total
-    for i in cutlass.range_constexpr(5):
-        other = shfl_up(inclusive, 1 << i)
-        inclusive = _pick(lane >= (1 << i), inclusive + other, inclusive)
+    inclusive = warp_inclusive_sum(total, lane)
     above = inclusive - total
     if lane == 31:
         shared_store_u32(result + 8, inclusive)  # the histogram's total
@@ -439,6 +443,7 @@ class DecodeTopK:
         self.profile = bool(profile)
         self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
         self.samples_per_cta = SAMPLES // cluster
+        self.direct_max = direct_max_length(cluster)  # longer token rows take the sampled path (2.3)
         # Vectors a thread loads before it stores any (4 registers each), as many as fit
         # beside the tops it keeps: 1024 threads have 64 registers a thread (4 spilled there),
         # 16 tops crowd 512 threads' 128 (8 spilled there).
@@ -446,9 +451,9 @@ class DecodeTopK:
         slots = self.threads * vector_count
         # Shared memory, byte offsets; every size is a multiple of 16, so each region keeps
         # the stage's 16-byte alignment. "copies" .. "misc" are zeroed at the start, before
-        # the cluster barrier's arrive. "exchange" holds three histogram exchanges (2.5; a
-        # sampled attempt uses 0 and 1, a direct path the next two), each a 256-bin total
-        # and a 256-bin prefix of the lower ranks.
+        # the cluster barrier's arrive. "exchange" holds three histogram exchanges (2.5: a
+        # row's first selection uses 0 and 1; the direct path after an underflow, which used
+        # only 0, uses 1 and 2), each a 256-bin total and a 256-bin prefix of the lower ranks.
         regions = (("stage", slots * 16), ("copies", 256 * HIST_COPIES * 4), ("exchange", EXCHANGES * 2048),
                    ("misc", 64), ("select", 1024), ("scan", 2 * 33 * 4 + 8), ("grid", 1024),
                    ("samples", SAMPLES * 2), ("queue", slots * 2))
@@ -496,7 +501,8 @@ class DecodeTopK:
                 shared_store_u32(sm["copies"] + word * 4, Int32(0))
         # The first cluster barrier, split: this thread has zeroed its words (arrive has
         # release semantics); the wait, after staging, comes before any DSMEM access.
-        cute.arch.cluster_arrive()
+        if const_expr(self.cluster > 1):
+            cute.arch.cluster_arrive()
 
         cute.arch.griddepcontrol_wait()
         width = logits.shape[1]
@@ -517,7 +523,7 @@ class DecodeTopK:
         out_row = out.iterator.toint() + Int64(row) * (k * 4)
         sampled = Int32(0)
         if const_expr(not self.block_mode):
-            sampled = _pick((n > k) & (nv > C * nt), 1, 0)
+            sampled = _pick((n > k) & (length > self.direct_max), 1, 0)
         self.stamp(trace_row, rank, tid, "inputs")
 
         # The sampled row's 2048 samples, read by every CTA from global memory (2.4); their
@@ -545,7 +551,8 @@ class DecodeTopK:
         cute.arch.sync_threads()
         self.stamp(trace_row, rank, tid, "staged")
         cute.arch.griddepcontrol_launch_dependents()
-        cute.arch.cluster_wait()  # every CTA has started and zeroed its counters
+        if const_expr(self.cluster > 1):
+            cute.arch.cluster_wait()  # every CTA has started and zeroed its counters
         self.stamp(trace_row, rank, tid, "started")
 
         # The trace (trace builds): CTA 0's thread 0 writes the short row's fields now and
@@ -583,6 +590,14 @@ class DecodeTopK:
         # it passes, every CTA passes the same ones (each decision is made from the same
         # cluster totals), and after it no CTA touches a peer's shared memory.
         self.stamp(trace_row, rank, tid, "end")
+
+    def barrier(self):
+        """The exchange's barrier: a cluster barrier, or at one CTA a row (no peers, no
+        DSMEM) the CTA's own bar.sync."""
+        if const_expr(self.cluster > 1):
+            cluster_sync()
+        else:
+            cute.arch.sync_threads()
 
     def record(self, trace_row, rank, tid, field, value):
         """Trace builds only: CTA 0's thread 0 writes one TRACE_FIELDS field of the row."""
@@ -680,10 +695,7 @@ class DecodeTopK:
         lane = tid & 31
         warp = tid >> 5
         scratch = sm["scan"] + parity * (33 * 4)
-        inclusive = value
-        for i in cutlass.range_constexpr(5):
-            other = shfl_up(inclusive, 1 << i)
-            inclusive = _pick(lane >= (1 << i), inclusive + other, inclusive)
+        inclusive = warp_inclusive_sum(value, lane)
         if lane == 31:
             shared_store_u32(scratch + warp * 4, inclusive)
         cute.arch.sync_threads()
@@ -692,10 +704,7 @@ class DecodeTopK:
             # spare word and counts 0): a clamped address made lanes 16-31 read the word lane
             # 15 then wrote, which racecheck reports as a warp-level WAR hazard.
             sums = _pick(lane < self.threads // 32, shared_load_u32(scratch + lane * 4), 0)
-            below = sums
-            for i in cutlass.range_constexpr(5):
-                other = shfl_up(below, 1 << i)
-                below = _pick(lane >= (1 << i), below + other, below)
+            below = warp_inclusive_sum(sums, lane)
             shared_store_u32(scratch + lane * 4, below - sums)
             if lane == 31:
                 shared_store_u32(scratch + 32 * 4, below)
@@ -758,10 +767,7 @@ class DecodeTopK:
             total = Int32(0)
             for j in cutlass.range_constexpr(per_lane):
                 total = total + counts[j]
-            inclusive = total
-            for i in cutlass.range_constexpr(5):
-                other = shfl_up(inclusive, 1 << i)
-                inclusive = _pick(lane >= (1 << i), inclusive + other, inclusive)
+            inclusive = warp_inclusive_sum(total, lane)
             acc = inclusive - total
             for j in cutlass.range_constexpr(per_lane):
                 shared_store_u32(sm["grid"] + (lane * per_lane + j) * 4, acc)
@@ -815,16 +821,48 @@ class DecodeTopK:
         r T + t to thread t. Keys below lo are not counted; the first pass counts high
         bytes, the second the low bytes of the keys whose high byte is high. everything: the
         direct path's queue, every vector of the chunk (entry e is vector e; no queue)."""
+        warp_copy = (tid >> 5) & (HIST_COPIES - 1)
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
             present = _pick(entry < queued, 1, 0)
             i = self.queue_entry(sm, entry, queued, everything)
+            bins = []
+            oks = []
             for key, ok, unused in self.elements(self.vector_words(sm, i), start + i, length, nv):
                 ok = ok & present & _pick(key >= lo, 1, 0)
                 if const_expr(second):
-                    hist_add(sm["copies"], key & 255, ok & _pick((key >> 8) == high, 1, 0), lane, HIST_COPIES)
+                    bins.append(key & 255)
+                    oks.append(ok & _pick((key >> 8) == high, 1, 0))
                 else:
-                    hist_add(sm["copies"], key >> 8, ok, lane, HIST_COPIES)
+                    bins.append(key >> 8)
+                    oks.append(ok)
+            self.hist_add_vector(sm["copies"], bins, oks, lane, warp_copy)
+
+    @cute.jit
+    def hist_add_vector(self, hist, bins, oks, lane, warp_copy):
+        """Count the valid bins of one vector a lane into the 8-copy histogram. Why a test
+        a vector, not a key: the pass is bound by instructions issued (a test a key made
+        it 5-15% slower, bench/NOTES.md session 6), and real indexer rows put a whole
+        warp's 256 keys in one high-byte bin, so one warp-wide test (redux.sync) of all of
+        them lets lane 0 make the warp's only add, into the warp's own copy (warp mod 8);
+        any other warp adds each valid key into copy lane mod 8 (bin-major, a bin's copies
+        in 8 banks), with no test a key."""
+        mine = Int32(-1)  # this lane's bin, if all its valid keys share one (-1: none valid)
+        count = Int32(0)
+        for e in cutlass.range_constexpr(len(bins)):
+            mine = _pick(oks[e] != 0, bins[e], mine)
+            count = count + oks[e]
+        same = Int32(1)
+        for e in cutlass.range_constexpr(len(bins)):
+            same = same & _pick((oks[e] != 0) & (bins[e] != mine), 0, 1)
+        common = cute.arch.warp_redux_sync(mine, "max")
+        uniform = cute.arch.warp_redux_sync(same & _pick((mine == common) | (mine < 0), 1, 0), "and")
+        total = cute.arch.warp_redux_sync(count, "add")
+        if uniform != 0:
+            shared_red(hist + (common * HIST_COPIES + warp_copy) * 4, total, _pick((lane == 0) & (total > 0), 1, 0))
+        else:
+            for e in cutlass.range_constexpr(len(bins)):
+                shared_red(hist + (bins[e] * HIST_COPIES + (lane & (HIST_COPIES - 1))) * 4, Int32(1), oks[e])
 
     def queue_entry(self, sm, entry, queued, everything):
         """The local vector of queue entry `entry` (clamped to the last one, so that the
@@ -848,7 +886,9 @@ class DecodeTopK:
                 total = total + shared_load_u32(address)
                 shared_store_u32(address, Int32(0))
             nonzero = _pick(total > 0, 1, 0)
-            for p in cutlass.range_constexpr(self.cluster):
+            if const_expr(self.cluster == 1):  # no peers: the total is this CTA's own histogram
+                shared_red(buffer + tid * 4, total, nonzero)
+            for p in cutlass.range_constexpr(self.cluster if self.cluster > 1 else 0):
                 cluster_red(peer_address(buffer + tid * 4, Int32(p)), total, nonzero)
                 if const_expr(p > 0):
                     cluster_red(peer_address(buffer + 1024 + tid * 4, Int32(p)), total,
@@ -857,21 +897,26 @@ class DecodeTopK:
     @cute.jit
     def prefix(self, sm, tid, lane, buffer, high, low):
         """(keys > K, keys == K) of the CTAs before this one, K = (high << 8) | low: the
-        prefix bins above high of the first pass, above low of the second, and low's."""
-        if tid < 32:
-            acc = Int32(0)
-            for j in cutlass.range_constexpr(8):
-                b = lane * 8 + j
-                acc = acc + _pick(b > high, shared_load_u32(buffer + 1024 + b * 4), 0)
-                acc = acc + _pick(b > low, shared_load_u32(buffer + 2048 + 1024 + b * 4), 0)
-            for i in cutlass.range_constexpr(5):
-                other = shfl_up(acc, 1 << i)
-                acc = _pick(lane >= (1 << i), acc + other, acc)
-            if lane == 31:
-                shared_store_u32(sm["misc"] + MISC_PREFIX, acc)
-                shared_store_u32(sm["misc"] + MISC_PREFIX + 4, shared_load_u32(buffer + 2048 + 1024 + low * 4))
-        cute.arch.sync_threads()
-        return shared_load_u32(sm["misc"] + MISC_PREFIX), shared_load_u32(sm["misc"] + MISC_PREFIX + 4)
+        prefix bins above high of the first pass, above low of the second, and low's. At one
+        CTA a row there are none: (0, 0), with no barrier."""
+        gt_base = Int32(0)
+        eq_base = Int32(0)
+        if const_expr(self.cluster > 1):
+            if tid < 32:
+                acc = Int32(0)
+                for j in cutlass.range_constexpr(8):
+                    b = lane * 8 + j
+                    acc = acc + _pick(b > high, shared_load_u32(buffer + 1024 + b * 4), 0)
+                    acc = acc + _pick(b > low, shared_load_u32(buffer + 2048 + 1024 + b * 4), 0)
+                acc = warp_inclusive_sum(acc, lane)
+                if lane == 31:
+                    shared_store_u32(sm["misc"] + MISC_PREFIX, acc)
+                    shared_store_u32(sm["misc"] + MISC_PREFIX + 4,
+                                     shared_load_u32(buffer + 2048 + 1024 + low * 4))
+            cute.arch.sync_threads()
+            gt_base = shared_load_u32(sm["misc"] + MISC_PREFIX)
+            eq_base = shared_load_u32(sm["misc"] + MISC_PREFIX + 4)
+        return gt_base, eq_base
 
     def place(self, out_row, value, is_gt, is_eq, rank_gt, rank_eq, need):
         """One store of a key's value at its canonical slot (SPEC.md 1.4): gtb + min(eqb,
@@ -896,19 +941,28 @@ class DecodeTopK:
             i = self.queue_entry(sm, entry, queued, everything)
             gt = Int32(0)
             eq = Int32(0)
-            for key, ok, unused in self.elements(self.vector_words(sm, i), start + i, length, nv):
-                gt = gt + (ok & present & _pick(key > kth, 1, 0))
-                eq = eq + (ok & present & _pick(key == kth, 1, 0))
+            flags = []
+            for key, ok, index in self.elements(self.vector_words(sm, i), start + i, length, nv):
+                is_gt = ok & present & _pick(key > kth, 1, 0)
+                is_eq = ok & present & _pick(key == kth, 1, 0)
+                gt = gt + is_gt
+                eq = eq + is_eq
+                flags.append((is_gt, is_eq, key, index))
             # One scan of both counts, packed: a round holds at most 8 T <= 8192 of each, so
             # the low half never carries into the high one.
             prefix, totals = self.scan(sm, tid, gt | (eq << 16), (first // self.threads) & 1)
             rank_gt = run_gt + (prefix & 0xFFFF)
             rank_eq = run_eq + (prefix >> 16)
-            # The words again from shared memory: holding 8 keys across the scan's barriers
-            # spilled the 1024-thread build's 64 registers.
-            for key, ok, index in self.elements(self.vector_words(sm, i), start + i, length, nv):
-                is_gt = ok & present & _pick(key > kth, 1, 0)
-                is_eq = ok & present & _pick(key == kth, 1, 0)
+            if const_expr(self.threads == 1024):
+                # The words again from shared memory: holding 8 keys across the scan's
+                # barriers spilled the 1024-thread build's 64 registers. The 512-thread
+                # builds' 128 hold the flags and skip the second read and unpacking
+                # (3-11% of the write, bench/NOTES.md session 6).
+                flags = []
+                for key, ok, index in self.elements(self.vector_words(sm, i), start + i, length, nv):
+                    flags.append((ok & present & _pick(key > kth, 1, 0), ok & present & _pick(key == kth, 1, 0),
+                                  key, index))
+            for is_gt, is_eq, key, index in flags:
                 value = index
                 if const_expr(self.block_mode):
                     value = _pick(key == KEY_NEG_INF, -1, index)
@@ -939,12 +993,16 @@ class DecodeTopK:
             gt = cute.arch.warp_redux_sync(gt, "add")
             eq = cute.arch.warp_redux_sync(eq, "add")
             first = _pick(lane == 0, 1, 0)
-            cluster_red(peer_address(sm["misc"] + MISC_TRACE, Int32(0)), gt, first)
-            cluster_red(peer_address(sm["misc"] + MISC_TRACE + 4, Int32(0)), eq, first)
+            if const_expr(self.cluster == 1):
+                shared_red(sm["misc"] + MISC_TRACE, gt, first)
+                shared_red(sm["misc"] + MISC_TRACE + 4, eq, first)
+            else:
+                cluster_red(peer_address(sm["misc"] + MISC_TRACE, Int32(0)), gt, first)
+                cluster_red(peer_address(sm["misc"] + MISC_TRACE + 4, Int32(0)), eq, first)
         cute.arch.sync_threads()
         self.stamp(trace_row, rank, tid, "pass1")
         self.exchange(sm, tid, rank, buffer)
-        cluster_sync()  # every CTA's pass-1 reductions complete before any total is read
+        self.barrier()  # every CTA's pass-1 reductions complete before any total is read
         self.stamp(trace_row, rank, tid, "exchange1")
         if const_expr(attempt and self.trace):
             self.record(trace_row, rank, tid, "gt", shared_load_u32(sm["misc"] + MISC_TRACE))
@@ -958,7 +1016,7 @@ class DecodeTopK:
             cute.arch.sync_threads()
             self.stamp(trace_row, rank, tid, "pass2")
             self.exchange(sm, tid, rank, buffer + 2048)
-            cluster_sync()  # the same for pass 2; the last cluster barrier of the row
+            self.barrier()  # the same for pass 2; the last cluster barrier of the row
             self.stamp(trace_row, rank, tid, "exchange2")
             low, above_low, unused = self.select(sm, tid, buffer + 2048, self.k - above_high)
             kth = (high << 8) | low

@@ -41,7 +41,7 @@ PROFILE_STAMPS = ("start", "inputs", "staged", "started", "cutoff", "queued", "p
 # Builds and variants
 # ---------------------------------------------------------------------------------------
 def threads_for(cluster):
-    """Threads a CTA: 1024 at 4 CTAs a row, else 512."""
+    """Threads a CTA: 1024 at 4 CTAs a row, else 512 (1, 8 and 16 CTAs)."""
     return 1024 if cluster == 4 else 512
 
 
@@ -103,7 +103,7 @@ class Build(typing.NamedTuple):
 
 
 # The builds of SPEC.md 2.1.
-BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in ((8, 8), (4, 8), (8, 16), (16, 16)))
+BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in ((8, 8), (4, 8), (8, 16), (16, 16), (1, 8), (1, 16)))
 
 
 class Variant(typing.NamedTuple):
@@ -146,12 +146,24 @@ def check_width(width):
         raise ValueError(f"row width {width} is outside [0, {MAX_WIDTH}]: no DecodeTopK build holds it")
 
 
+def direct_max_length(cluster):
+    """The longest token row (in logits) that takes the direct path with no sampled attempt
+    at `cluster` CTAs a row (SPEC.md 2.3): one vector a thread on a cluster (8 C T), eight
+    at one CTA (32,768), where the direct path is as fast as the sampled one (measured:
+    bench/NOTES.md, session 6)."""
+    return 8 * cluster * threads_for(cluster) * (8 if cluster == 1 else 1)
+
+
 def cluster_for(rows, width, resident):
-    """CTAs a row: 8 while every row's cluster is resident at once, else 4 (rows up to
-    262,144 logits); 8 up to 524,288 and 16 up to 1,048,576 logits, whatever the rows."""
+    """CTAs a row: up to 262,144 logits, 8 while every row's cluster is resident at once,
+    else 1 when a single CTA holds the row (up to 65,536 logits) and the rows outnumber
+    the resident 4-CTA clusters, else 4; 8 up to 524,288 and 16 up to 1,048,576 logits,
+    whatever the rows."""
     check_width(width)
     if width <= Build.of(8, 8).capacity:
-        return 8 if rows <= resident(Build.of(8, 8)) else 4
+        if rows <= resident(Build.of(8, 8)):
+            return 8
+        return 1 if width <= Build.of(1, 16).capacity and rows > resident(Build.of(4, 8)) else 4
     if width <= Build.of(8, 16).capacity:
         return 8
     return 16

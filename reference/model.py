@@ -84,7 +84,8 @@ NEGINF_SHORT_INDEX = _mutant("neginf_short_index", "short rows write a -inf bloc
 SHORT_PAD_ZERO = _mutant("short_padding_zero", "short rows padded with 0 instead of -1")
 SHORT_REVERSED = _mutant("short_reversed", "short rows written n-1 .. 0 instead of positionally")
 SHORT_LT = _mutant("short_below_k", "short path only for n < k (n == k takes the long paths)")
-SAMPLED_GE = _mutant("sampled_at_one_vector", "sampled path for nv >= C T (one vector a thread too)")
+SAMPLED_GE = _mutant("sampled_at_direct_max", "sampled path at nv = direct_max_length / 8 too (the direct path's last length)")
+ONE_CTA_D1 = _mutant("one_cta_samples_past_one_vector", "one CTA a row samples past one vector a thread, as a cluster does")
 LAST_LANE_EXTRA = _mutant("last_lane_extra", "the masked last vector reads one lane too many")
 LAST_LANE_MISSING = _mutant("last_lane_missing", "the masked last vector reads one lane too few")
 
@@ -429,7 +430,7 @@ def _select(ekey, ecnt, W, top, nv, k, block, C, T, V, lo, slot, mutant, out, tr
 # One row
 # ---------------------------------------------------------------------------------------
 @njit(cache=True)
-def _row(bits, length, k, block, C, T, V, slot, mutant, out, tr,
+def _row(bits, length, k, block, C, T, V, DM, slot, mutant, out, tr,
          ekey, ecnt, top, queue, qlens, local, total, prefix1, prefix2, copies, cg, ce, samples):
     width = bits.shape[0]
     nv = (length + 7) // 8
@@ -487,9 +488,12 @@ def _row(bits, length, k, block, C, T, V, slot, mutant, out, tr,
             out[j] = v
         return 0
 
-    sampled = (not block) and nv > C * T
+    # DM: policy.direct_max_length(C), the longest row of the direct path (2.3)
+    if mutant == ONE_CTA_D1 and C == 1:
+        DM = 8 * C * T
+    sampled = (not block) and length > DM
     if mutant == SAMPLED_GE:
-        sampled = (not block) and nv >= C * T
+        sampled = (not block) and nv >= DM // 8
     if sampled:
         # Samples (2.4): the S_c samples of CTA c's chunk at index c S_c + j (every CTA
         # reads all 2048 from the row in global memory).
@@ -538,7 +542,7 @@ def _row(bits, length, k, block, C, T, V, slot, mutant, out, tr,
 
 
 @njit(cache=True)
-def _simulate_rows(logits, lengths, k, block, C, T, V, mutant, out, trace, wild):
+def _simulate_rows(logits, lengths, k, block, C, T, V, DM, mutant, out, trace, wild):
     rows, width = logits.shape
     nvmax = (width + 7) // 8 + 1
     ekey = np.full(nvmax * 8, -1, np.int64)
@@ -555,7 +559,7 @@ def _simulate_rows(logits, lengths, k, block, C, T, V, mutant, out, trace, wild)
     ce = np.zeros(T, np.int64)
     samples = np.zeros(SAMPLES, np.int64)
     for r in range(rows):
-        wild[r] = _row(logits[r], lengths[r], k, block, C, T, V, r, mutant, out[r], trace[r],
+        wild[r] = _row(logits[r], lengths[r], k, block, C, T, V, DM, r, mutant, out[r], trace[r],
                        ekey, ecnt, top, queue, qlens, local, total, prefix1, prefix2, copies, cg, ce, samples)
 
 
@@ -598,7 +602,7 @@ def simulate(logits_bits, lengths, k, block_mode=False, *, build=None, resident=
         return out, trace
     wild = np.zeros(rows, dtype=np.int64)
     _simulate_rows(np.ascontiguousarray(logits_bits), lengths, k, bool(block_mode),
-                   C, T, V, int(mutant), out, trace, wild)
+                   C, T, V, policy.direct_max_length(C), int(mutant), out, trace, wild)
     bad = np.flatnonzero(wild)
     if bad.size:
         r = int(bad[0])

@@ -50,9 +50,12 @@ def test_trace_matches_model_every_build(build, block_mode):
     from decode_topk.reference.model import simulate
 
     rng = np.random.default_rng(7)
-    width = 40960 if build.cluster != 16 else 73728  # long enough for the sampled path
+    # long enough for the sampled path; within the 1-CTA builds' capacity
+    width = {16: 73728, 1: build.capacity}.get(build.cluster, 40960)
     bits, lengths = _rows(rng, 6, width)
-    lengths[:3] = (width, width - 1, 32769)
+    # the direct path's last length, plus one logit: the sampled path's edge (where the
+    # build has one)
+    lengths[:3] = (width, width - 1, min(width, policy.direct_max_length(build.cluster) + 1))
     for k in policy.KS:
         out, trace, used = run_numpy(aot_loader.AOT, bits, lengths, k, block_mode, build=build, trace=True)
         assert used == build

@@ -288,3 +288,52 @@ def test_time_peer_and_run_peers_on_cpu():
     assert rec["peers"]["good16"]["valid"] is True and "timeout" in rec["peers"]["good16"]
     grid.run_peers(ctx, rec, logits, lengths, k, False, stats)
     assert rec["peers"]["good16"]["error"].startswith("not run: timed out at gaussian 4x64 k8")
+
+
+# ---------------------------------------------------------------------------------------
+# run --builds (time_builds on CPU tensors) and its table in report
+# ---------------------------------------------------------------------------------------
+def test_time_builds_checks_then_times_every_other_build_on_cpu():
+    torch = pytest.importorskip("torch")
+    from decode_topk.conformance import gpu_check
+    from decode_topk.kernel import policy
+
+    fake_torch = types.SimpleNamespace(**{n: getattr(torch, n) for n in dir(torch) if not n.startswith("__")})
+    fake_torch.cuda = types.SimpleNamespace(synchronize=lambda: None)
+    rows, width, k = 3, 64, 8
+    g = torch.Generator().manual_seed(1)  # distinct values: one answer, whatever the tie rule
+    logits = torch.stack([torch.randperm(width, generator=g) for _ in range(rows)]).to(torch.bfloat16)
+    lengths = torch.full((rows,), width, dtype=torch.int32)
+    stats = gpu_check.row_stats(logits, lengths, (k,), False)
+    forced = []
+
+    def decode_topk_aot(x, lens, k, out, block_mode, build, next_n):  # 1x512x16 answers wrongly
+        forced.append(build.name)
+        top = torch.topk(x.float(), k, dim=1, largest=build.name != "1x512x16").indices
+        out.copy_(torch.sort(top.to(torch.int32), dim=1).values)
+
+    ctx = {"torch": fake_torch, "check": gpu_check, "timer": _Timer(), "policy": policy,
+           "aot": types.SimpleNamespace(decode_topk_aot=decode_topk_aot)}
+    chosen = policy.Build.parse("8x512x8")
+    times = grid.time_builds(ctx, logits, lengths, lengths, k, False, 1, chosen, stats)
+    others = [b.name for b in policy.BUILDS if b != chosen and b.cluster != 16]
+    assert list(times) == others == list(dict.fromkeys(forced))  # every other build but 16x512x16
+    # each run once and checked; only a valid one is then timed (the stand-in timer runs it once)
+    assert [forced.count(n) for n in others] == [1 if n == "1x512x16" else 2 for n in others]
+    assert times["1x512x16"].startswith("invalid: ") and all(times[n] == 1.5 for n in others if n != "1x512x16")
+
+
+def test_report_tables_every_build_forced():
+    p1 = _point(64, 8192, 512, 12.0, build="1x512x8", builds_us={"4x1024x8": 37.0, "8x512x8": 47.0})
+    p2 = _point(32, 65536, 2048, 36.0, build="1x512x16", builds_us={"4x1024x8": 34.0, "8x512x16": "invalid: 3"})
+    p3 = _point(1, 131072, 2048, 18.0)  # no --builds: not in the table
+    text = grid.builds_table([p1, p2, p3])
+    rows = _rows(text)
+    assert rows[0].split(" | ")[5:-2] == ["8x512x8 us", "4x1024x8 us", "8x512x16 us", "1x512x8 us",
+                                         "1x512x16 us"]
+    assert len(rows) == 3  # the header and two points
+    assert rows[1].endswith("| 47.0 | 37.0 | - | **12.0** | - | 1x512x8 | 1.00 |")
+    assert rows[2].endswith("| - | 34.0 | invalid: 3 | - | **36.0** | 4x1024x8 | 1.06 |")
+    assert grid.builds_table([p3]) is None
+    md = grid.results_md(dict(META, points=[p3]), [dict(META, points=[p1, p2])], Path("x.png"))
+    assert "## Every build forced (`run --builds`)" in md and "## more points: rows [32, 64]" in md

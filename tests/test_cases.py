@@ -6,6 +6,7 @@ import pytest
 from decode_topk.conformance.cases import CASES, KERNEL_BOUNDARY_LENGTHS, LEVELS, boundary_lengths, cases, indexer_row
 from decode_topk.reference import KS, element_keys, order_key
 from decode_topk.conformance import coverage
+from decode_topk.kernel import policy
 from decode_topk.kernel.policy import BUILDS, Build
 
 
@@ -126,8 +127,11 @@ def _top_slot_cases():
 
 
 def test_top_slot_cases_cover_every_build():
+    # Every cluster build. A 1-CTA build's top slot, at the shortest length reaching it,
+    # holds only the pinned newest block (whose logits are never read), so its slots are
+    # covered by the one-cta cases and the ci rows up to 65,536 logits instead.
     assert sorted(name for c in _top_slot_cases() for name in c.make.keywords["builds"]) == sorted(
-        b.name for b in BUILDS)
+        b.name for b in BUILDS if b.cluster > 1)
 
 
 def _chunk_counts(build, length):
@@ -166,3 +170,33 @@ def test_top_slot_rows_hold_selected_values_in_the_top_slot(ci_data):
                     for g in vectors.tolist():
                         top = keys[g] if block_mode else keys[8 * g: 8 * g + 8].max()
                         assert top > kth, (case.name, r, block_mode, name, g)
+
+
+def test_the_sanitizer_cases_reach_every_path_of_every_build():
+    """conformance/sanitize.py's cases, as its loop runs them (each k, mode and build that
+    holds the width), reach on every build each path SPEC 2.3 lets that build take, by the
+    model's traces: a build whose sampled path no case reaches is a build the sanitizers
+    never ran there (the 1-CTA builds before session 6's cases)."""
+    from decode_topk.conformance import coverage as cv
+    from decode_topk.conformance import sanitize
+    from decode_topk.conformance.cases import CASES
+    from decode_topk.reference.model import simulate
+
+    catalogue = {c.name: c for c in CASES}
+    names = [name for name, _ in sanitize.CASES]
+    assert set(names) <= set(catalogue), sorted(set(names) - set(catalogue))
+    reached = {b: set() for b in policy.BUILDS}
+    for name in names:
+        case = catalogue[name]
+        bits, lengths = case.generate()
+        for block_mode in case.modes:
+            for k in (k for k in (512, 2048) if k in case.ks):
+                for build in policy.BUILDS:
+                    if bits.shape[1] <= build.capacity:
+                        _, trace = simulate(bits, lengths, k, block_mode, build=build)
+                        reached[build] |= {(int(p), int(r)) for p, r in trace[:, :2]}
+    for build in policy.BUILDS:
+        want = {(0, 0), (2, 0)}  # short, direct
+        if policy.direct_max_length(build.cluster) < build.capacity:
+            want |= {(1, 0), (2, cv.UNDERFLOW)}  # sampled, and its underflow
+        assert want <= reached[build], (build.name, sorted(want - reached[build]))

@@ -12,6 +12,7 @@ from decode_topk.conformance import coverage as cv
 from decode_topk.conformance import registry, run_suite
 from decode_topk.conformance import suite as suite_module
 from decode_topk.conformance.cases import cases
+from decode_topk.kernel import policy
 from decode_topk.kernel.policy import BUILDS, KS, Build
 from decode_topk.reference.model import simulate
 
@@ -71,7 +72,7 @@ def _combinations_of_every_length(build):
     for block_mode in (False, True):
         n = nv if block_mode else lengths
         for k in KS:
-            attempt = (n > k) & (nv > build.cluster * build.threads) & (not block_mode)
+            attempt = (n > k) & (lengths > policy.direct_max_length(build.cluster)) & (not block_mode)
             groups = ((n <= k, [(cv.SHORT, cv.NONE)]),
                       ((n > k) & ~attempt, [(cv.DIRECT, cv.NONE)]),
                       (attempt, [(cv.SAMPLED, cv.NONE), (cv.DIRECT, cv.UNDERFLOW)]))
@@ -86,8 +87,12 @@ def _combinations_of_every_length(build):
 def test_reachable_is_what_every_length_allows(build):
     assert cv.reachable(build) == _combinations_of_every_length(build)
     line = cv.describe(cv.reachable(build))  # grouped a (build, mode, path), slots as ranges
-    assert f"{build.name} token sampled: slots 0-{build.vectors - 1};" in line
-    assert f"{build.name} block short: slots -, 0;" in line
+    if policy.direct_max_length(build.cluster) < build.capacity:
+        assert f"{build.name} token sampled: slots 0-{build.vectors - 1};" in line
+    else:  # 1x512x8: every token row up to its capacity takes the direct path
+        assert "token sampled" not in line and f"{build.name} token direct: slots 0-{build.vectors - 1}" in line
+    short = "0" if build.cluster > 1 else "0-3"  # a short block row's 2048 vectors: 4 slots of one CTA
+    assert f"{build.name} block short: slots -, {short};" in line
 
 
 def test_the_model_at_ci_reaches_every_reachable_combination(model_ci):
@@ -123,7 +128,11 @@ def test_dropping_a_top_slot_case_leaves_its_slots_unreached(model_ci, case):
             <= set(lacking)
 
 
-MINIMAL = ["lengths"] + [c.name for c in TOP_SLOT_CASES]  # short, length 0, direct at slot 0 + the slots
+# short, length 0, direct at slot 0; the 1-CTA builds' slots (their direct, sampled and
+# underflow rows, block rows up to 65,536 logits); then the top-slot cases (the last one is
+# dropped below)
+MINIMAL = ["lengths", "one-cta-direct", "one-cta-underflow-wide", "needles", "plateau"] + \
+    [c.name for c in TOP_SLOT_CASES]
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +226,8 @@ def top_slot_poisoned():
 def test_a_bug_in_the_top_slot_fails_the_top_slot_cases(top_slot_poisoned):
     """The top-slot rows hold the row's largest values in the top slot, so dropping that
     slot loses selected indices: the contract check fails on every build and mode."""
-    result = run_suite(top_slot_poisoned, "ci", case_filter="top-slot-", stream=None, builds=list(BUILDS))
+    named = [Build.parse(name) for case in TOP_SLOT_CASES for name in case.make.keywords["builds"]]
+    result = run_suite(top_slot_poisoned, "ci", case_filter="top-slot-", stream=None, builds=named)
     failed = {(run.build, run.block_mode) for run in result.runs
               if any(not v.reason.startswith("trace-") for v in run.violations)}
-    assert failed == {(b.name, mode) for b in BUILDS for mode in (False, True)}
+    assert failed == {(b.name, mode) for b in named for mode in (False, True)}

@@ -137,3 +137,4 @@ def test_launch_slices_respect_the_two_wave_limit(monkeypatch):
     assert aot_loader.launch_slices(32, wide, 512, next_n=4) == [slice(0, 12), slice(12, 24), slice(24, 32)]
     assert aot_loader.launch_slices(64, 131072, 2048) == [slice(0, 64)]  # no limit below the 16-CTA build
     assert aot_loader.launch_slices(0, wide, 512) == []
+

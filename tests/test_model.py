@@ -69,13 +69,17 @@ def _row(width, length, seed=0):
 @pytest.mark.parametrize("build", BUILDS, ids=str)
 def test_paths_follow_spec(build):
     cluster, threads, vectors = build
-    one_vector_a_thread = 8 * cluster * threads  # nv = C T
+    # SPEC 2.3, restated: the direct path's last length is one vector a thread on a
+    # cluster, eight at one CTA
+    direct_max = 8 * cluster * threads * (8 if cluster == 1 else 1)
+    assert policy.direct_max_length(cluster) == direct_max
     k = 512
     cases = [
         (False, 0, 0), (False, k, 0), (False, k + 1, 2), (True, 8 * k, 0), (True, 8 * k + 1, 2),
-        (False, one_vector_a_thread, 2), (False, one_vector_a_thread + 1, 1),
-        (True, one_vector_a_thread + 1, 2),
+        (False, min(direct_max, build.capacity), 2),
     ]
+    if direct_max < build.capacity:
+        cases += [(False, direct_max + 1, 1), (True, direct_max + 1, 2)]
     for block_mode, length, path in cases:
         logits, lengths = _row(max(length, 8), length)
         _, trace = simulate(logits, lengths, k, block_mode, build=(cluster, vectors))
@@ -95,7 +99,7 @@ def test_sampled_trace_fields():
     rng = np.random.default_rng(3)
     logits = rng.integers(0x3000, 0x4000, size=(2, 131072), dtype=np.uint16)
     lengths = np.array([131072, 100001], np.int32)
-    for build in BUILDS:
+    for build in (b for b in BUILDS if b.capacity >= logits.shape[1]):
         _, trace = simulate(logits, lengths, 1024, False, build=build)
         assert (trace[:, 0] == 1).all(), trace
         assert trace[0, 2] == (2048 * (1024 + 2560) + 131071) // 131072
@@ -106,7 +110,10 @@ def test_policy_chooses_the_build():
     rng = np.random.default_rng(4)
     logits = rng.integers(0, 0x7F00, size=(3, 40000), dtype=np.uint16)
     lengths = np.array([40000, 39999, 33000], np.int32)
-    for resident, build in ((lambda b: 3, (8, 512, 8)), (lambda b: 2, (4, 1024, 8))):
+    # 3 rows: 8x512x8 while 3 clusters fit; else a 1-CTA build (40000 logits: 1x512x16) once
+    # the rows outnumber the resident 4-CTA clusters, else 4x1024x8.
+    for resident, build in ((lambda b: 3, (8, 512, 8)), (lambda b: 2, (1, 512, 16)),
+                            (lambda b: 2 if b.cluster == 8 else 3, (4, 1024, 8))):
         assert resolve_build(3, 40000, resident=resident) == build
         got = simulate(logits, lengths, 512, False, resident=resident)
         want = simulate(logits, lengths, 512, False, build=build)
