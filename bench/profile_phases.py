@@ -37,6 +37,14 @@ CONFIGS = {
                      for rows, width, k in ((64, 8192, 512), (128, 8192, 2048), (64, 16384, 512), (32, 32768, 2048),
                                             (64, 32768, 512), (128, 65536, 512), (128, 65536, 2048))
                      for over in ({}, DIRECT)],
+    # the cluster builds' sampled path against their direct path past one vector a thread
+    # (bench/NOTES.md session 6, lead 2)
+    "cluster-direct": [(rows, width, k, False, build, over)
+                       for rows, width, k, build in ((1, 65536, 512, (8, 8)), (1, 65536, 2048, (8, 8)),
+                                                     (1, 131072, 512, (8, 8)), (1, 131072, 2048, (8, 8)),
+                                                     (64, 131072, 2048, (4, 8)), (1, 262144, 2048, (8, 8)),
+                                                     (8, 524288, 512, (8, 16)))
+                       for over in ({}, DIRECT)],
 }
 
 
