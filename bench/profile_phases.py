@@ -1,6 +1,8 @@
 """Where the time goes: CTA 0's %clock at each PROFILE_STAMPS point (the profile build).
 
-    source .dsl/b/install.sh && python bench/profile_phases.py [cluster] [one-cta]
+    source .dsl/b/install.sh && python bench/profile_phases.py [SET ...]
+
+SETS: cluster (the default), one-cta, one-cta-1024, cluster-direct (CONFIGS below).
 
 Needs the DSL on the GPU machine (the profile build is not in the AOT library). Data:
 indexer-like rows at rho 0.9 (bench/grid.py make_logits). Prints, per configuration, the
