@@ -30,20 +30,23 @@ step() {  # step NAME SECONDS COMMAND...: run it with a time limit, log it, keep
     [ $rc -ne 0 ] && status=1
     rows+=("| $name | $rc | $(( $(date +%s) - start )) s | $(grep -v '^\s*$' "$ev/$name.txt" | tail -1 | cut -c1-150) |")
 }
-case "$mode" in
-wheel)
+use_wheel() {  # the wheel of dist/ alone on PYTHONPATH, installed afresh (a warm runner keeps /tmp)
+    rm -rf /tmp/site
     python3 -m pip install -q --no-deps --no-index --target /tmp/site dist/*.whl
     export PYTHONPATH=/tmp/site
     python3 -c "from decode_topk.kernel import aot_loader as a; print('kernel source', a.kernel_source_sha256()[:12])" \
         | tee "$ev/kernel_source.txt"
+}
+case "$mode" in
+wheel)
+    use_wheel
     step gpu_conformance_full_aot_wheel 110 python3 -m decode_topk.conformance --impl aot --level full --build all
     step gpu_conformance_full_aot_wheel_policy_builds 60 python3 -m decode_topk.conformance --impl aot --level full
     step pytest_gpu_aot_wheel 120 python3 -m pytest -q -m gpu tests -p no:cacheprovider
     step soak 170 python3 -m decode_topk.conformance.soak --budget 125 --out "$ev"
     ;;
 sanitizers)
-    python3 -m pip install -q --no-deps --no-index --target /tmp/site dist/*.whl
-    export PYTHONPATH=/tmp/site
+    use_wheel
     step sanitizers 560 bash conformance/sanitizers.sh "$ev/san" 300
     ;;
 dsl)
