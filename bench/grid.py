@@ -8,7 +8,7 @@
         [--png bench/results/grid.png] [--results bench/RESULTS.md] [--data rho0.9]
         [--peer-time topk_us us e2e_us]
 
-`run` (on the H200, no DSL needed: the AOT libraries kernel/aot and .aot_sol are carried) times
+`run` (on the H200, no DSL needed: the AOT libraries kernel/aot, .aot_sol and .aot_floor are carried) times
 every point of rows x valid length x k in token mode, plus block mode (top-2048 blocks)
 at 1,048,576, for each data kind, and writes DIR/grid.json (rewritten after every point, so
 a stopped run keeps what it did) and DIR/grid.md. `report` (any machine; it needs
@@ -64,6 +64,9 @@ written them. Times in microseconds:
 - dtk: DecodeTopK (the policy's build; rows beyond the 16-CTA build's two waves run as
   several launches of at most that many rows, noted in `launches`); dtk_l2 L2-resident;
 - floor: bench/speed_of_light.py on the same build (load the row, write k indices);
+- phys_floor: bench/physical_floor.py, the GPU's floor (one wave of two 512-thread CTAs an
+  SM over every SM, every valid vector loaded once, k indices written; from .aot_floor,
+  left out with a line saying so where that library is missing);
 - torch: torch.topk(logits, k) over the full width (block mode: amax over 8-blocks, then
   topk), which ignores per-row lengths.
 
@@ -219,6 +222,9 @@ def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
     rec["floor_us"] = timer.us(floor)
     rec["torch_us"] = timer.us(torch_topk)
     rec["vs_floor"] = round(rec["dtk_us"] / rec["floor_us"], 2)
+    if ctx.get("phys") is not None:  # the GPU's floor (bench/physical_floor.py), one wave over every SM
+        rec["phys_floor_us"] = timer.us(lambda: ctx["phys"](logits, lengths, floor_out, k))
+        rec["vs_phys_floor"] = round(rec["dtk_us"] / rec["phys_floor_us"], 2)
     rec["vs_torch"] = round(rec["dtk_us"] / rec["torch_us"], 3)
     read_bytes = int(lengths.to(torch.int64).sum()) * 2
     rec["dtk_tb_s"] = round(read_bytes / rec["dtk_us"] / 1e6, 3)
@@ -494,22 +500,41 @@ def start_watchdog(live, save, hang_s, hard_deadline):
     return thread
 
 
-def sol_launcher(aot, torch):
-    """floor(logits, lengths, out, k, build): the speed-of-light kernel from
-    .aot_sol (built by kernel/aot.py from bench/speed_of_light.py, hash-checked)."""
+def _module_launcher(aot, torch, folder, source, what):
+    """launch(logits, lengths, out, k, cluster, vectors) of the AOT library in `folder` that
+    kernel/aot.py built from bench/`source` (its hash checked against that file)."""
     import ctypes
 
-    lib = aot.load_library_at(REPO / ".aot_sol", REPO / "bench" / "speed_of_light.py")
+    lib = aot.load_library_at(REPO / folder, REPO / "bench" / source)
 
-    def launch(logits, lengths, out, k, build):
+    def launch(logits, lengths, out, k, cluster, vectors):
         rows, width = logits.shape
-        err = lib.dtk_launch(k, build.cluster, build.vectors, 0, 0, ctypes.c_void_p(logits.data_ptr()), rows, width,
+        err = lib.dtk_launch(k, cluster, vectors, 0, 0, ctypes.c_void_p(logits.data_ptr()), rows, width,
                              logits.stride(0), ctypes.c_void_p(lengths.data_ptr()), 1,
                              ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(0),
                              ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
         if err:
-            raise RuntimeError(f"speed-of-light launch: {lib.dtk_error_name(err).decode()} ({err})")
+            raise RuntimeError(f"{what} launch: {lib.dtk_error_name(err).decode()} ({err})")
     return launch
+
+
+def sol_launcher(aot, torch):
+    """floor(logits, lengths, out, k, build): the speed-of-light kernel from .aot_sol (built
+    by kernel/aot.py from bench/speed_of_light.py), in DecodeTopK's build `build`."""
+    launch = _module_launcher(aot, torch, ".aot_sol", "speed_of_light.py", "speed-of-light")
+    return lambda logits, lengths, out, k, build: launch(logits, lengths, out, k, build.cluster, build.vectors)
+
+
+def phys_launcher(aot, torch):
+    """phys(logits, lengths, out, k): the physical floor from .aot_floor (built by
+    kernel/aot.py from bench/physical_floor.py; its one key is 1x512x8), or None (and a
+    line saying so) where that library is not there."""
+    if not (REPO / ".aot_floor").is_dir():
+        print("grid.py run: no .aot_floor (python -m decode_topk.kernel.aot --module bench/physical_floor.py "
+              "--out .aot_floor --work build/aot_floor): no physical floor column", flush=True)
+        return None
+    launch = _module_launcher(aot, torch, ".aot_floor", "physical_floor.py", "physical floor")
+    return lambda logits, lengths, out, k: launch(logits, lengths, out, k, 1, 8)
 
 
 def run(args):
@@ -547,6 +572,7 @@ def run(args):
     live = {"rec": None, "peer": None}
     ctx = {"torch": torch, "aot": aot_loader, "check": gpu_check, "policy": policy, "logits": logits,
            "forget_logits": cache.clear, "sol": sol_launcher(aot_loader, torch),
+           "phys": phys_launcher(aot_loader, torch),
            "timer": Timer(torch, args.warmup, args.reps), "l2": not args.no_l2, "live": live,
            "peers": peers_mod, "peer_names": peer_names, "peer_fns": {}, "peer_off": {}, "peer_last_s": {},
            "full_width_only": {n for n in peer_names if _lengths_ignored(peers_mod, n)},
@@ -791,9 +817,11 @@ def peer_summary(points, time_keys=PEER_TIME_KEYS, l2=False):
         if dtk is not None and us:
             pairs.append((dtk / us, p, name))
     floors = [p["vs_floor"] for p in ok if _num(p.get("vs_floor")) is not None]
+    phys = [p["vs_phys_floor"] for p in ok if _num(p.get("vs_phys_floor")) is not None]
     out = {"timed": len(ok), "compared": len(pairs), "faster": sum(r < 1 for r, _, _ in pairs),
            "median": None, "worst": None, "worst_at": None, "worst_peer": None, "best": None,
-           "floor_median": statistics.median(floors) if floors else None}
+           "floor_median": statistics.median(floors) if floors else None,
+           "phys_floor_median": statistics.median(phys) if phys else None}
     if pairs:
         ratios = sorted(r for r, _, _ in pairs)
         worst = max(pairs, key=lambda t: t[0])
@@ -860,6 +888,9 @@ def table(results, names=None, time_keys=PEER_TIME_KEYS):
     l2 = has_l2(results)
     cols = ["data", "mode", "rows", "length", "k", "build", "launches", "DecodeTopK us", "floor us",
             "torch.topk us", "DecodeTopK / floor", "DecodeTopK / torch.topk", "DecodeTopK TB/s", "floor TB/s"]
+    phys = any("phys_floor_us" in p for p in results["points"])
+    if phys:
+        cols += ["physical floor us", "DecodeTopK / physical floor"]
     cols += peer_columns(names, l2)
     cols += ["issue 15 target us", f"{ISSUE6_PEER} us"]
     lines = [f"{results['gpu']}, {results['date']}, torch {results['torch']}, kernel "
@@ -876,6 +907,8 @@ def table(results, names=None, time_keys=PEER_TIME_KEYS):
         target, peer = _issue6(p)
         cells = [data, mode, p["rows"], p["length"], p["k"], p["build"], p["launches"], p["dtk_us"], p["floor_us"],
                  p["torch_us"], p["vs_floor"], p["vs_torch"], p["dtk_tb_s"], p["floor_tb_s"]]
+        if phys:
+            cells += [p.get("phys_floor_us", ""), p.get("vs_phys_floor", "")]
         cells += peer_cells(p, names, time_keys, l2)
         cells += [target or "", peer or ""]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
@@ -1074,6 +1107,10 @@ def _ratio_summary(points, time_keys=PEER_TIME_KEYS):
             f"worst {floor[-1]:.2f}, within 1.5x at {sum(f <= 1.5 for f in floor)}; DecodeTopK / torch.topk: "
             f"median {statistics.median(torch_):.2f}, best {torch_[0]:.2f}, worst {torch_[-1]:.2f}, "
             f"at most 1/5 at {sum(t <= 0.2 for t in torch_)}")
+    phys = sorted(p["vs_phys_floor"] for p in ok if _num(p.get("vs_phys_floor")) is not None)
+    if phys:
+        text += (f"; DecodeTopK / physical floor: median {statistics.median(phys):.2f}, best {phys[0]:.2f}, "
+                 f"worst {phys[-1]:.2f}")
     if any(named_peers(p) for p in ok):
         vs = sorted(p["dtk_us"] / us for p in ok for us, _ in [fastest_valid(p, time_keys)] if us)
         if vs:
@@ -1123,6 +1160,9 @@ def results_md(results, extras, png, targets=None, time_keys=PEER_TIME_KEYS, com
              "- **floor**: bench/speed_of_light.py. It has DecodeTopK's launch (clusters, threads, shared "
              "memory) and loads, writes k indices and selects nothing: the floor of this launch shape, not "
              "of the GPU.",
+             "- **physical floor**: bench/physical_floor.py, the GPU's floor: one wave of two 512-thread CTAs "
+             "an SM over every SM, every row's valid vectors loaded once (16-byte loads, spread evenly over "
+             "the whole GPU), k indices written a row, nothing selected (issue 15, item 5).",
              "- **torch.topk**: `torch.topk(logits, k, dim=1)` over the full width (block mode: the amax "
              "over 8-logit blocks, then topk). It ignores per-row lengths and the pinned newest block, so "
              "its answer is the contract's only in token mode with every row at the full width. The grid "
@@ -1165,6 +1205,9 @@ def results_md(results, extras, png, targets=None, time_keys=PEER_TIME_KEYS, com
             lines.append("- " + _summary_text(peer_summary(points, time_keys, l2=True), "L2-resident") + ".")
         if evicted["floor_median"] is not None:
             lines.append(f"- DecodeTopK / floor: median {evicted['floor_median']:.2f} over the grid.")
+        if evicted["phys_floor_median"] is not None:
+            lines.append(f"- DecodeTopK / physical floor: median {evicted['phys_floor_median']:.2f} over the grid "
+                         "(issue 15 aims at 1.5 or less).")
         if main_names:
             lines += ["", peer_breakdown(points, main_names, time_keys, main_l2)]
         lines.append("")

@@ -2,12 +2,14 @@
 
     source .dsl/b/install.sh && python bench/profile_phases.py [SET ...]
 
-SETS: cluster (the default), one-cta, one-cta-1024, cluster-direct (CONFIGS below).
+SETS: cluster (the default), one-cta, one-cta-1024, targets, cluster-direct, two-cta (CONFIGS
+below).
 
 Needs the DSL on the GPU machine (the profile build is not in the AOT library). Data:
 indexer-like rows at rho 0.9 (bench/grid.py make_logits). Prints, per configuration, the
 median over rows of the cycles since kernel entry at each stamp and the paths the rows
-took (bench/NOTES.md keeps the history).
+took (bench/NOTES.md keeps the history). Each output is checked exactly first (poisoned
+before the first launch), so a variant under test that answers wrongly says so.
 """
 
 import argparse
@@ -21,6 +23,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from grid import make_logits  # noqa: E402
 
+from decode_topk.conformance import gpu_check  # noqa: E402
+from decode_topk.conformance.gpu_impl import POISON  # noqa: E402
 from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
 
 # (rows, width, k, block_mode, (cluster, vectors), overrides): overrides sets attributes
@@ -28,6 +32,7 @@ from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
 # not exist as code paths of their own (e.g. direct_max=1 << 30: every row direct;
 # threads=1024: a thread count other than threads_for(cluster)).
 DIRECT = {"direct_max": 1 << 30}
+SAMPLED = {"direct_max": 0}  # every token row of n > k samples (valid past 8 C T logits, SPEC 2.4)
 CONFIGS = {
     "cluster": [(1, 131072, 2048, False, (8, 8), {}), (8, 131072, 2048, False, (8, 8), {}),
                 (32, 32768, 2048, False, (4, 8), {}), (64, 8192, 512, False, (4, 8), {}),
@@ -39,14 +44,30 @@ CONFIGS = {
                      for rows, width, k in ((64, 8192, 512), (128, 8192, 2048), (64, 16384, 512), (32, 32768, 2048),
                                             (64, 32768, 512), (128, 65536, 512), (128, 65536, 2048))
                      for over in ({}, DIRECT)],
-    # the cluster builds' sampled path against their direct path past one vector a thread
-    # (bench/NOTES.md session 6, lead 2)
+    # issue 15's twelve target points (rho 0.9) on the policy's build on the H200 (session 7)
+    "targets": [(rows, width, k, False, build, {})
+                for rows, width, k, build in ((1, 131072, 2048, (8, 8)), (8, 131072, 2048, (8, 8)),
+                                              (64, 131072, 2048, (2, 16)), (32, 32768, 2048, (2, 8)),
+                                              (64, 8192, 512, (2, 8)), (1, 1048576, 512, (16, 16)),
+                                              (8, 524288, 512, (8, 16)), (64, 262144, 512, (4, 8)),
+                                              (128, 65536, 512, (1, 16)), (128, 8192, 2048, (1, 8)),
+                                              (1, 8192, 512, (2, 8)), (14, 1048576, 2048, (16, 16)))],
+    # the cluster builds' sampled path against their direct path at 2-16 vectors a thread
+    # (bench/NOTES.md sessions 6, 7: SPEC 2.3's d)
     "cluster-direct": [(rows, width, k, False, build, over)
                        for rows, width, k, build in ((1, 65536, 512, (8, 8)), (1, 65536, 2048, (8, 8)),
                                                      (1, 131072, 512, (8, 8)), (1, 131072, 2048, (8, 8)),
                                                      (64, 131072, 2048, (4, 8)), (1, 262144, 2048, (8, 8)),
-                                                     (8, 524288, 512, (8, 16)))
-                       for over in ({}, DIRECT)],
+                                                     (8, 524288, 512, (8, 16)), (1, 131072, 512, (16, 16)),
+                                                     (1, 131072, 2048, (16, 16)), (1, 262144, 2048, (16, 16)))
+                       for over in (SAMPLED, DIRECT)],
+    # the 2-CTA builds' sampled path against their direct path at 4-16 vectors a thread
+    "two-cta": [(rows, width, k, False, build, over)
+                for rows, width, k, build in ((32, 32768, 2048, (2, 8)), (32, 32768, 512, (2, 8)),
+                                              (64, 32768, 512, (2, 8)), (32, 65536, 2048, (2, 8)),
+                                              (64, 65536, 512, (2, 16)), (64, 131072, 2048, (2, 16)),
+                                              (64, 131072, 512, (2, 16)))
+                for over in (SAMPLED, DIRECT)],
 }
 
 
@@ -78,8 +99,12 @@ def profile(rows, width, k, block_mode, build, overrides):
     compiled = cute.compile(topk, *dtk.fake_arguments(k, topk.trace_width))
     logits = make_logits(torch, "rho0.9", rows, width, seed=rows * 7 + width)
     lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
-    out = torch.empty((rows, k), dtype=torch.int32, device="cuda")
+    out = torch.full((rows, k), POISON, dtype=torch.int32, device="cuda")
     trace = torch.zeros((rows, topk.trace_width), dtype=torch.int32, device="cuda")
+    compiled(*dtk.cute_arguments(logits, lengths, out, trace))
+    torch.cuda.synchronize()
+    counts, first = gpu_check.check(logits, lengths, k, block_mode, out)
+    violations = int(sum(counts.values()))
     for _ in range(3):
         trace.zero_()
         compiled(*dtk.cute_arguments(logits, lengths, out, trace))
@@ -90,7 +115,8 @@ def profile(rows, width, k, block_mode, build, overrides):
     median = np.median(since, axis=0)
     rule = "".join(f" {name}={value}" for name, value in overrides.items())
     print(f"== rows {rows} width {width} k {k} {'block' if block_mode else 'token'} build "
-          f"{cluster}x{topk.threads}x{vectors}{rule} paths {np.bincount(fields[:, 0], minlength=3).tolist()}")
+          f"{cluster}x{topk.threads}x{vectors}{rule} paths {np.bincount(fields[:, 0], minlength=3).tolist()}"
+          + (f" INVALID: {violations} violations, first rows {first}" if violations else " exact"))
     print("   " + "  ".join(f"{name}={int(v)}" for name, v in zip(dtk.PROFILE_STAMPS, median) if v >= 0))
 
 

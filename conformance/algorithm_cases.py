@@ -194,7 +194,7 @@ def make_normal_rows(rng, width, lengths):
 # ----------------------------------------------------------------------------------------
 # The specs of the catalogue's algorithm cases, and their intents
 # ----------------------------------------------------------------------------------------
-W_SAMPLED = 131072  # nv = 16384 > C * T in every build; the builds share sample positions
+W_SAMPLED = 131072  # sampled on every build that holds it but 16x512x16 (SPEC 2.3: D = 131,072 there)
 
 # Crowded survivors: the rows that overflowed the retired 8192-survivor buffer (the
 # rule before SPEC.md 2.4's selection spread over the CTAs) and its boundaries; every one
@@ -238,12 +238,15 @@ ONE_CTA_LENGTHS_16 = tuple(2048 * (2 * s + 1) for s in range(8, 16))  # 1x512x16
 # (length, above): ties at K that end inside the first chunk, mid-row, inside the last.
 TIE_SPREAD_SPECS = ((600, 0), (1100, 100), (2100, 2000), (4100, 1), (4103, 511), (40000, 0), (40000, 2047),
                     (W_SAMPLED, 300), (W_SAMPLED - 7, 1500))
-BOUNDARY_LENGTHS = (32768, 32769, 65536, 65537)  # nv = C T and C T + 1 at C T = 4096, 8192
+# D and D + 1 (SPEC 2.3): D = 32,768 at 1 and 2 CTAs, 65,536 at 4 and 8, 131,072 at 16; the
+# first case (65,536 wide) runs on every build but 1x512x8, the second on the wide ones.
+BOUNDARY_LENGTHS = (32768, 32769, 65535, 65536)
+BOUNDARY_LENGTHS_WIDE = (65536, 65537, 131072, 131073)
 VECTOR_EDGE_LENGTHS = (16381, 30001, W_SAMPLED - 3)
 SIGNED_ZERO_LENGTHS = (16384, 30000, W_SAMPLED)
 SHORT_NEG_INF_LENGTHS = (0, 1, 9, 500, 512, 4000, 4096, 8192, 16384)
-# Sampled lengths whose chunks split unevenly, and where q exceeds a CTA's 2048 / C samples
-# at k = 2048 (q > 256 below 49152 logits, q > 128 below 98304).
+# Sampled lengths whose chunks split unevenly (the shorter ones sampled only where D =
+# direct_max_length(C) is 32,768: at 1 and 2 CTAs).
 SAMPLED_LENGTHS = (131072, 131071, 100003, 70001, 40009, 33333)
 
 
@@ -252,8 +255,8 @@ SAMPLED_LENGTHS = (131072, 131071, 100003, 70001, 40009, 33333)
 # as its case's `intent`, built from the same specs or lengths as the case's rows.
 
 def controlled_intent(specs):
-    """Rows of make_controlled: direct within one vector a thread, else underflow below k,
-    sampled otherwise."""
+    """Rows of make_controlled: direct up to the build's direct_max_length, else underflow
+    below k, sampled otherwise."""
     def intent(build, k):
         cluster, threads, _ = build
         rows = []
@@ -269,9 +272,11 @@ def controlled_intent(specs):
 
 
 def hit_intent(lengths):
-    """Rows of make_samples_hit_top: underflow on every build."""
+    """Rows of make_samples_hit_top: underflow wherever the build samples the row, direct
+    where it does not (16x512x16 takes 131,072 logits direct)."""
     def intent(build, k):
-        return [(2, 2)] * len(lengths)
+        cluster, threads, _ = build
+        return [(2, 0) if length <= direct_max_length(cluster) else (2, 2) for length in lengths]
     return intent
 
 
@@ -294,8 +299,8 @@ def one_cta_intent(lengths):
 
 
 def threshold_intent(lengths):
-    """Rows of make_normal_rows around nv = C T: a sampled attempt (any outcome) past one
-    vector a thread, direct at or below it."""
+    """Rows of make_normal_rows around D = direct_max_length(C): a sampled attempt (any
+    outcome) past it, direct at or below it."""
     def intent(build, k):
         cluster, threads, _ = build
         return [(1, None) if length > direct_max_length(cluster) else (2, 0) for length in lengths]

@@ -34,10 +34,10 @@ MODES = (False, True)  # token mode, block mode
 NAN_PATTERNS = np.array([0x7FC0, 0xFFC0, 0x7F81, 0xFF81, 0x7FFF, 0xFFFF, 0x7FA5, 0xFFA5], np.uint16)
 SPECIAL_PATTERNS = np.concatenate([NAN_PATTERNS, np.array([0x0000, 0x8000, POS_INF_BITS, NEG_INF_BITS], np.uint16)])
 
-# Lengths where the kernel changes behaviour: 32768 logits = 4096 vectors = one vector a
-# thread of an 8x512 or 4x1024 cluster (the sampled-path threshold); 262144 = a cluster's
+# Lengths where the kernel changes behaviour: the sampled-path thresholds D (SPEC 2.3),
+# 32,768 logits at 1 and 2 CTAs, 65,536 at 4 and 8, 131,072 at 16; 262144 = a cluster's
 # capacity at 8 vectors a thread; 524288 the 8x512x16 capacity.
-KERNEL_BOUNDARY_LENGTHS = (32767, 32768, 32769, 262143, 262144)
+KERNEL_BOUNDARY_LENGTHS = (32767, 32768, 32769, 65536, 65537, 131072, 131073, 262143, 262144)
 
 
 @dataclass(frozen=True)
@@ -310,12 +310,16 @@ CASES = (
          "plateaus of more than k keys equal to the cutoff a CTA: ties taken by lowest index", modes=(False,)),
     Case("ties-across-ctas", "ci", 313, partial(algo.make_tie_spread, width=algo.W_SAMPLED, specs=algo.TIE_SPREAD_SPECS),
          "K tied at almost every index: the lowest-index ties end in CTA 0, mid-row, in the last CTA"),
-    Case("sampled-threshold", "ci", 305, partial(algo.make_normal_rows, width=65544, lengths=algo.BOUNDARY_LENGTHS),
-         "nv = C T and C T + 1 at C T = 4096 and 8192 (one vector a thread)",
+    Case("sampled-threshold", "ci", 305, partial(algo.make_normal_rows, width=65536, lengths=algo.BOUNDARY_LENGTHS),
+         "lengths D and D + 1 at D = 32,768 (the direct path's last length at 1 and 2 CTAs), and 65,536",
          intent=algo.threshold_intent(algo.BOUNDARY_LENGTHS)),
+    Case("sampled-threshold-wide", "ci", 318,
+         partial(algo.make_normal_rows, width=131080, lengths=algo.BOUNDARY_LENGTHS_WIDE),
+         "lengths D and D + 1 at D = 65,536 (4 and 8 CTAs) and 131,072 (16 CTAs)",
+         intent=algo.threshold_intent(algo.BOUNDARY_LENGTHS_WIDE)),
     Case("sampled-lengths", "ci", 306,
          partial(algo.make_normal_rows, width=algo.W_SAMPLED, lengths=algo.SAMPLED_LENGTHS),
-         "sampled rows of distinct values, chunks split unevenly, q above 2048 / C"),
+         "sampled rows of distinct values, chunks split unevenly"),
     Case("vector-edges", "ci", 307,
          partial(algo.make_vector_edges, width=algo.W_SAMPLED, lengths=algo.VECTOR_EDGE_LENGTHS),
          "masked last vectors: the largest logit last, NaN past it; -inf before the pinned block"),
@@ -330,6 +334,8 @@ CASES = (
     _top_slot_case("top-slot-8-vectors", 310, ("8x512x8", "4x1024x8")),  # C T = 4096: one row for both
     _top_slot_case("top-slot-8x512x16", 311, ("8x512x16",)),
     _top_slot_case("top-slot-16x512x16", 312, ("16x512x16",)),
+    # (2x512x16's top slot, 122,881 logits and up, is reached by the ci cases of 131,072
+    # logits, e.g. sampled-lengths and sampled-underflow, so it needs no top-slot case.)
     # (The 1-CTA builds' top slots are reached by the cases below and by the ci cases up to
     # 65,536 logits wide, so they need no top-slot case of their own.)
     Case("one-cta-direct", "ci", 316,
@@ -353,7 +359,7 @@ CASES = (
          partial(make_indexer, rows=8, width=262144, rho=0.999, heads=32, dim=64),
          "indexer-like rows, nearly equal keys, full width"),
     Case("kernel-boundaries", "full", 205, partial(make_lengths, lengths=KERNEL_BOUNDARY_LENGTHS, width=262144),
-         "lengths 32767/32768/32769 (one vector a thread) and 262143/262144 (capacity)"),
+         "lengths D, D + 1 at each sampled-path threshold D, and 262143/262144 (capacity)"),
     Case("plateau-262144", "full", 206,
          partial(make_plateau, width=262144, plateau=60000, above_counts=_KS_BOUNDARY_PLATEAU),
          "60,000 equal values holding K in full-width rows"),

@@ -122,8 +122,8 @@ def reachable(build):
       every such length, because the cutoff is the q-th largest of the 2048 sampled keys and
       the outcome is set by the other positions: the row's largest values at the sample
       positions and nothing else at or above the cutoff underflows when q < k (exactly q
-      keys at or above it; q <= 289 < k, since n > 32,760 in every build); k or more such
-      keys succeed (conformance/algorithm_cases.py builds exactly such rows:
+      keys at or above it; q <= 289 < k where n > 32,760, and q <= 1,152 < k = 2048 on the
+      2-CTA builds, whose sampled rows start at 8,193 logits); k or more such keys succeed (conformance/algorithm_cases.py builds exactly such rows:
       make_controlled, make_samples_hit_top, make_one_cta_hits).
     Block mode (n = nv, no sampled path):
     - short (nv <= k <= 2048): slots 0 .. ceil(ceil(2048 / C) / T) - 1 (slot 0 at C >= 4,

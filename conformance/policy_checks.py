@@ -22,24 +22,40 @@ from decode_topk.kernel import policy
 # SPEC 2.1's thresholds, spelled out here rather than derived from the policy's own
 # capacities, so that a wrong capacity is seen too.
 EDGE_1_8 = 32768  # 1x512x8
-EDGE_1 = 65536  # 1x512x16
+EDGE_1 = 65536  # 1x512x16 (and 2x512x8)
+EDGE_2 = 131072  # 2x512x16
 EDGE_8 = 262144  # 8x512x8 and 4x1024x8
 EDGE_16 = 524288  # 8x512x16
 EDGE_MAX = 1048576  # 16x512x16
-EDGE_DIRECT = 32768  # the direct path's longest token row at 4 and 8 CTAs (one vector a thread)
+EDGE_DIRECT = 65536  # the direct path's longest token row at 4 and 8 CTAs (two vectors a thread)
+EDGE_TWO_FIRST = 8192  # rows up to this width take 2 CTAs before 8 (one vector a thread at 2 x 512)
 
 
-def _resident_table(small, large16, four=None):
-    """resident(build): `small` clusters of each 8-CTA build (and of the 4-CTA one unless
-    `four` is given), `large16` of 16x512x16."""
-    return lambda build: large16 if build.cluster == 16 else (four if build.cluster == 4 and four else small)
+def _resident_table(small, large16, four=None, two=None):
+    """resident(build): `small` clusters of each 8-CTA build (and of the 4-CTA and 2-CTA
+    ones unless `four` or `two` is given), `large16` of 16x512x16."""
+    def resident(build):
+        if build.cluster == 16:
+            return large16
+        if build.cluster == 4 and four:
+            return four
+        if build.cluster == 2 and two:
+            return two
+        return small
+    return resident
 
 
 def expected_build(rows, width, resident):
     """SPEC 2.1's build for rows x width, as a name (independent of kernel/policy.py)."""
     if width <= EDGE_8:
+        two = policy.Build(2, 512, 8 if width <= EDGE_1 else 16)
+        two_fits = width <= EDGE_2 and rows <= resident(two)
+        if two_fits and width <= EDGE_TWO_FIRST:
+            return two.name
         if rows <= resident(policy.Build(8, 512, 8)):
             return "8x512x8"
+        if two_fits:
+            return two.name
         if width <= EDGE_1 and rows > resident(policy.Build(4, 1024, 8)):
             return "1x512x8" if width <= EDGE_1_8 else "1x512x16"
         return "4x1024x8"
@@ -63,14 +79,14 @@ def edge_problems(p=policy):
 
 def _edge_problems(p):
     problems = []
-    widths = sorted({0, 1, 8, 4096, EDGE_1_8 - 1, EDGE_1_8, EDGE_1_8 + 1, EDGE_1 - 1, EDGE_1, EDGE_1 + 1,
-                     EDGE_8 - 1, EDGE_8, EDGE_8 + 1, EDGE_16 - 1, EDGE_16, EDGE_16 + 1, EDGE_MAX - 1, EDGE_MAX})
-    for small, large16, four in ((15, 7, 30), (30, 14, None), (1, 1, None)):
-        resident = _resident_table(small, large16, four)
-        four = four or small
+    edges = (EDGE_TWO_FIRST, EDGE_1_8, EDGE_1, EDGE_2, EDGE_8, EDGE_16, EDGE_MAX)
+    widths = sorted({0, 1, 8, 4096} | {e + d for e in edges for d in (-1, 0, 1)} - {EDGE_MAX + 1})
+    for small, large16, four, two in ((15, 7, 30, 66), (30, 14, None, None), (1, 1, None, None), (15, 7, 30, 20)):
+        resident = _resident_table(small, large16, four, two)
+        four, two = four or small, two or small
         for width in widths:
-            for rows in sorted({1, small - 1, small, small + 1, four - 1, four, four + 1, 2 * large16,
-                                2 * large16 + 1} - {0}):
+            for rows in sorted({1, small - 1, small, small + 1, four - 1, four, four + 1, two - 1, two, two + 1,
+                                2 * large16, 2 * large16 + 1} - {0}):
                 try:
                     got = p.build_for(rows, width, resident).name
                 except ValueError as exc:
@@ -95,26 +111,30 @@ def _edge_problems(p):
         except ValueError as exc:
             problems.append(f"check_width({width}) refused a width a build holds: {exc}")
     for build, capacity in (("8x512x8", EDGE_8), ("4x1024x8", EDGE_8), ("8x512x16", EDGE_16),
-                            ("16x512x16", EDGE_MAX), ("1x512x8", EDGE_1_8), ("1x512x16", EDGE_1)):
+                            ("16x512x16", EDGE_MAX), ("1x512x8", EDGE_1_8), ("1x512x16", EDGE_1),
+                            ("2x512x8", EDGE_1), ("2x512x16", EDGE_2)):
         if p.Build.parse(build).capacity != capacity:
             problems.append(f"{build}.capacity is {p.Build.parse(build).capacity}, SPEC 2.1 says {capacity}")
-    for cluster, want in ((1, 512), (4, 1024), (8, 512), (16, 512)):
+    for cluster, want in ((1, 512), (2, 512), (4, 1024), (8, 512), (16, 512)):
         if p.threads_for(cluster) != want:
             problems.append(f"threads_for({cluster}) = {p.threads_for(cluster)}, SPEC 2.1 says {want}")
-    # SPEC 2.3: the direct path's longest token row, one vector a thread on a cluster and
-    # eight at one CTA
-    for cluster, want in ((1, EDGE_1_8), (4, EDGE_DIRECT), (8, EDGE_DIRECT), (16, 2 * EDGE_DIRECT)):
+    # SPEC 2.3: the direct path's longest token row, eight vectors a thread at one CTA,
+    # four at two, two on the clusters of 4, 8 and 16
+    for cluster, want in ((1, EDGE_1_8), (2, EDGE_1_8), (4, EDGE_DIRECT), (8, EDGE_DIRECT),
+                          (16, 2 * EDGE_DIRECT)):
         if p.direct_max_length(cluster) != want:
             problems.append(f"direct_max_length({cluster}) = {p.direct_max_length(cluster)}, SPEC 2.3 says {want}")
     want_builds = {(4, 8): 8, (8, EDGE_8): 8, (8, EDGE_8 + 1): 16, (8, EDGE_16): 16, (8, EDGE_16 + 1): None,
-                   (16, EDGE_MAX): 16, (1, EDGE_1_8): 8, (1, EDGE_1_8 + 1): 16, (1, EDGE_1): 16, (1, EDGE_1 + 1): None}
+                   (16, EDGE_MAX): 16, (1, EDGE_1_8): 8, (1, EDGE_1_8 + 1): 16, (1, EDGE_1): 16, (1, EDGE_1 + 1): None,
+                   (2, EDGE_1): 8, (2, EDGE_1 + 1): 16, (2, EDGE_2): 16, (2, EDGE_2 + 1): None}
     for (cluster, width), want in want_builds.items():
         if p.vectors_for(width, cluster) != want:
             problems.append(f"vectors_for({width}, {cluster}) = {p.vectors_for(width, cluster)}, SPEC 2.1 says {want}")
     precompiled = {b.name for b in p.precompile_builds(EDGE_MAX)}
-    if precompiled != {"8x512x8", "4x1024x8", "8x512x16", "16x512x16", "1x512x8", "1x512x16"}:
+    if precompiled != {"8x512x8", "4x1024x8", "8x512x16", "16x512x16", "1x512x8", "1x512x16", "2x512x8", "2x512x16"}:
         problems.append(f"precompile_builds({EDGE_MAX}) = {sorted(precompiled)}, not every build of SPEC 2.1")
-    if {b.name for b in p.precompile_builds(EDGE_8)} != {"8x512x8", "4x1024x8", "1x512x8", "1x512x16"}:
+    if {b.name for b in p.precompile_builds(EDGE_8)} != {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8",
+                                                          "2x512x16"}:
         problems.append(f"precompile_builds({EDGE_8}) = {sorted(b.name for b in p.precompile_builds(EDGE_8))}")
     return problems
 
@@ -123,12 +143,20 @@ def _edge_problems(p):
 # Planted bugs
 # ---------------------------------------------------------------------------------------
 def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width_16=lambda w, c: w <= c,
-                 width_1=lambda w, c: w <= c, many=lambda r, n: r > n):
+                 width_1=lambda w, c: w <= c, many=lambda r, n: r > n, width_2=lambda w, c: w <= c,
+                 rows_2=lambda r, n: r <= n, first_2=lambda w, c: w <= c):
     def cluster_for(rows, width, resident):
         policy.check_width(width)
         if width_8(width, policy.Build.of(8, 8).capacity):
+            vectors = policy.vectors_for(width, 2)
+            two = bool(width_2(width, policy.Build.of(2, 16).capacity) and vectors
+                       and rows_2(rows, resident(policy.Build.of(2, vectors))))
+            if two and first_2(width, EDGE_TWO_FIRST):
+                return 2
             if rows_ok(rows, resident(policy.Build.of(8, 8))):
                 return 8
+            if two:
+                return 2
             if width_1(width, policy.Build.of(1, 16).capacity) and many(rows, resident(policy.Build.of(4, 8))):
                 return 1
             return 4
@@ -156,6 +184,10 @@ def _vectors_for(fits=lambda w, c: w <= c, choices=None):
     return {"vectors_for": vectors_for}
 
 
+def _direct_vectors(table, cluster_default):
+    return {"DIRECT_VECTORS": table, "DIRECT_VECTORS_CLUSTER": cluster_default}
+
+
 def _check_width(low=0, high=policy.MAX_WIDTH):
     def check_width(width):
         if not low <= width <= high:
@@ -176,6 +208,15 @@ POLICY_MUTANTS = {
     "one_cta_at_resident": ("1-CTA builds from rows = resident 4-CTA clusters (not one more)",
                             lambda: _cluster_for(many=lambda r, n: r >= n)),
     "one_cta_never": ("no 1-CTA build", lambda: _cluster_for(many=lambda r, n: False)),
+    "width_2_strict": ("2-CTA builds only for width < 131072", lambda: _cluster_for(width_2=lambda w, c: w < c)),
+    "two_cta_past_resident": ("2-CTA builds for rows = resident 2-CTA clusters + 1",
+                              lambda: _cluster_for(rows_2=lambda r, n: r <= n + 1)),
+    "two_cta_strict": ("2-CTA builds only while rows < resident", lambda: _cluster_for(rows_2=lambda r, n: r < n)),
+    "two_cta_never": ("no 2-CTA build", lambda: _cluster_for(rows_2=lambda r, n: False)),
+    "two_cta_first_strict": ("2 CTAs before 8 only for width < 8192",
+                             lambda: _cluster_for(first_2=lambda w, c: w < c)),
+    "two_cta_first_past": ("2 CTAs before 8 at width 8193", lambda: _cluster_for(first_2=lambda w, c: w <= c + 1)),
+    "two_cta_first_never": ("8 CTAs before 2 at every width", lambda: _cluster_for(first_2=lambda w, c: False)),
     "width_16_past": ("8x512x16 takes width 524289", lambda: _cluster_for(width_16=lambda w, c: w <= c + 1)),
     "waves_three": ("the 16-CTA build takes three waves", lambda: _max_rows(waves=3)),
     "waves_one": ("the 16-CTA build takes one wave", lambda: _max_rows(waves=1)),
@@ -188,10 +229,12 @@ POLICY_MUTANTS = {
     "width_max_past": ("check_width accepts 1048577", lambda: _check_width(high=policy.MAX_WIDTH + 1)),
     "width_max_strict": ("check_width refuses 1048576", lambda: _check_width(high=policy.MAX_WIDTH - 1)),
     "width_negative": ("check_width accepts -1", lambda: _check_width(low=-1)),
-    "direct_one_vector_at_one_cta": ("the 1-CTA builds sample past one vector a thread (4,096 logits), "
-                                     "as a cluster does",
-                                     lambda: {"direct_max_length": lambda cluster: 8 * cluster *
-                                              policy.threads_for(cluster)}),
+    "direct_one_vector_at_one_cta": ("the 1-CTA builds sample past one vector a thread (4,096 logits)",
+                                     lambda: _direct_vectors({1: 1, 2: 4}, 2)),
+    "direct_two_cta_as_cluster": ("the 2-CTA builds sample past two vectors a thread (16,384 logits)",
+                                  lambda: _direct_vectors({1: 8, 2: 2}, 2)),
+    "direct_cluster_one_vector": ("the clusters sample past one vector a thread (the module doc's rule)",
+                                  lambda: _direct_vectors({1: 8, 2: 4}, 1)),
     "direct_max_past": ("the direct path takes one logit past its longest row",
                         lambda: {"direct_max_length": (lambda own: lambda cluster: own(cluster) + 1)(
                             policy.direct_max_length)}),

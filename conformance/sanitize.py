@@ -22,7 +22,7 @@ from collections import Counter
 
 # cases chosen for the paths they reach: (name, what it reaches)
 CASES = (
-    ("sampled-lengths", "sampled path (token rows longer than one vector a thread)"),
+    ("sampled-lengths", "sampled path (token rows longer than direct_max_length)"),
     ("sampled-crowded", "sampled path with thousands of survivors a CTA (the retired overflow)"),
     ("ties-across-ctas", "K tied at almost every index: the lowest-index ties across the CTAs"),
     ("sampled-underflow", "the fallback: fewer than k at or above the cutoff -> direct path"),
@@ -33,6 +33,8 @@ CASES = (
     ("plateau", "1x512x16's sampled path (rows of 65,536 logits)"),
     ("one-cta-underflow-wide", "1x512x16's underflow -> direct path"),
     ("one-cta-direct", "1x512x8's direct path over 1-7 vectors a thread"),
+    # 16x512x16 samples only past 131,072 logits (SPEC 2.3), wider than the cases above
+    ("sampled-fallbacks-524288", "16x512x16's (and 8x512x16's) sampled path, crowded survivors and underflow"),
 )
 
 

@@ -17,15 +17,18 @@ written as -1. Values are compared through an order-preserving 16-bit key of the
 bits, so ties are exact, and the answer is a pure function of the row: not of the batch,
 the build or the run.
 
-How. One thread block cluster of C CTAs per row: 8 CTAs of 512 threads while every row's
-cluster can be resident at once, else 4 of 1024 (a second wave of clusters would nearly
-double the time). Each CTA copies one contiguous chunk of the row into shared memory, as
-16-byte vectors (8 logits, or one block); the chunks split the row's valid length, not its
-width. A thread stages 8 vectors and keeps their tops (largest keys) in registers, so a
-cluster holds 262,144 logits. Wider rows need more: a second build stages 16 vectors a
-thread at 8 CTAs (524,288), a third runs 16 CTAs a row (a non-portable cluster size) with
-16 vectors a thread (1,048,576). Rows of the wide builds run in waves when they outnumber
-the resident clusters; the 16-CTA build takes at most two waves (supports_decode_topk).
+How. One thread block cluster of C CTAs per row (C = 1: one CTA, no cluster), chosen from
+the rows and the width (SPEC.md 2.1) so that the batch runs in one wave where the GPU can
+hold it: 2 CTAs of 512 threads for rows up to 8,192 logits, 8 of 512 while every row's
+8-CTA cluster can be resident at once, else 2 (rows up to 131,072 logits) while every
+row's 2-CTA cluster can, else 1 (rows up to 65,536 logits) when the rows outnumber the
+resident 4-CTA clusters, else 4 of 1024. Each CTA copies one contiguous chunk of the row
+into shared memory, as 16-byte vectors (8 logits, or one block); the chunks split the
+row's valid length, not its width. A thread stages 8 or 16 vectors and keeps their tops
+(largest keys) in registers, so a CTA holds 32,768 or 65,536 logits. Wider rows take 8
+CTAs of 16 vectors a thread (524,288) or 16 CTAs (a non-portable cluster size, 1,048,576);
+rows of these builds run in waves when they outnumber the resident clusters, the 16-CTA
+build at most two (supports_decode_topk).
 
 Every CTA selects over its own chunk, with no CTA funnelling the row (SPEC.md 2.5): it
 queues the vectors that can hold a key >= lo, histograms their keys' high bytes, and adds
@@ -36,7 +39,8 @@ its own selected keys: a key's slot is the count of selected keys at lower indic
 the prefix over the CTAs before it and a scan over its own queue in index order. No atomic
 decides which equal key is kept or where an index goes. Two values of lo:
 
-Sampled (token rows longer than one vector a thread)::
+Sampled (token rows longer than D = direct_max_length(C): 32,768 logits at 1 and 2 CTAs,
+65,536 at 4 and 8, 131,072 at 16)::
 
     every CTA reads the row's 2048 samples ──► the same cutoff in every CTA (the q-th
     largest sample, q aiming at k + 2560 keys at or above it)
@@ -124,8 +128,9 @@ SELECT_BATCH = 4  # radix selects: keys a thread loads before it counts any
 HIST_COPIES = 8  # the selection's histograms: lane l counts into copy l mod 8
 EXCHANGES = 3  # histogram exchanges a row can need: 2 (sampled or direct), 3 (underflow, then direct)
 # Words of the "misc" region (byte offsets): the trace's cluster-wide gt and eq counters
-# (CTA 0's), the result of select (bin, above, total), the queue's length, the prefixes.
-MISC_TRACE, MISC_SELECT, MISC_QUEUED, MISC_PREFIX = 0, 16, 32, 40
+# (CTA 0's), the result of select (bin, above, total), the queue's length, the prefixes,
+# the ranked write's total (unused).
+MISC_TRACE, MISC_SELECT, MISC_QUEUED, MISC_PREFIX, MISC_WRITTEN = 0, 16, 32, 40, 48
 
 
 # ---------------------------------------------------------------------------------------
@@ -186,6 +191,21 @@ def shared_load_u32x4(address: Int32, *, loc=None, ip=None):
     """Four 32-bit words at a 16-byte aligned shared address of this CTA."""
     return _words(_asm(_u32x4(), [Int32(address)], "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];",
                        "=r,=r,=r,=r,r,~{memory}", loc, ip), loc, ip)
+
+
+@dsl_user_op
+def shared_store_u32x2(address: Int32, a: Int32, b: Int32, *, loc=None, ip=None):
+    """Store two 32-bit words at an 8-byte aligned shared address of this CTA."""
+    _asm(None, [Int32(address), Int32(a), Int32(b)], "st.shared.v2.u32 [$0], {$1, $2};", "r,r,r,~{memory}",
+         loc, ip)
+
+
+@dsl_user_op
+def shared_load_u32x2(address: Int32, *, loc=None, ip=None):
+    """Two 32-bit words at an 8-byte aligned shared address of this CTA."""
+    result = _asm(llvm.StructType.get_literal([T.i32(), T.i32()]), [Int32(address)],
+                  "ld.shared.v2.u32 {$0, $1}, [$2];", "=r,=r,r,~{memory}", loc, ip)
+    return tuple(Int32(llvm.extractvalue(T.i32(), result, [i], loc=loc, ip=ip)) for i in range(2))
 
 
 @dsl_user_op
@@ -362,18 +382,15 @@ def block_key(words):
     return order_key(max_nan_bf16x2(m, m >> 16))
 
 
-def hist_add(hist, bin_, valid, lane, copies):
-    """Count each valid lane's bin_ (the radix selects' one-copy histograms; the passes
-    test a vector at a time, DecodeTopK.hist_add_vector). Why the uniform test: real
+def hist_add(hist, bin_, valid, lane):
+    """Count each valid lane's bin_ into a one-copy histogram (the radix selects'; the
+    passes test a vector at a time, DecodeTopK.hist_add_vector). Why the uniform test: real
     indexer rows crowd a few bins, and 32 lanes adding 1 to one word serialize, so a warp
     whose valid lanes share one bin makes one add of their count (lane 0); any other warp
-    adds lane by lane, into copy lane mod copies. Every lane of the warp must call it."""
+    adds lane by lane. Every lane of the warp must call it."""
     first_bin, uniform, lanes = warp_uniform_bin(bin_, valid)
-    shared_red(hist + first_bin * copies * 4, popc(lanes), uniform & _pick(lane == 0, 1, 0))
-    if const_expr(copies == 1):
-        shared_red(hist + bin_ * 4, Int32(1), valid & (1 - uniform))
-    else:
-        shared_red(hist + (bin_ * copies + (lane & (copies - 1))) * 4, Int32(1), valid & (1 - uniform))
+    shared_red(hist + first_bin * 4, popc(lanes), uniform & _pick(lane == 0, 1, 0))
+    shared_red(hist + bin_ * 4, Int32(1), valid & (1 - uniform))
 
 
 def _pick(condition, a, b):
@@ -418,8 +435,8 @@ def select_bin(hist: Int32, q: Int32, result: Int32, lane: Int32):
 class DecodeTopK:
     """The decode top-k (module docstring) of rows of BF16 logits.
 
-    k: 512, 1024 or 2048; cluster: 4, 8 or 16 CTAs a row (4: 1024 threads, else 512);
-    vector_count: 16-byte vectors a thread stages (8, or 16 at 8 or 16 CTAs), so a row holds
+    k: 512, 1024 or 2048; cluster: 1, 2, 4, 8 or 16 CTAs a row (4: 1024 threads, else 512);
+    vector_count: 16-byte vectors a thread stages (8, or 16 at 512 threads), so a row holds
     at most cluster * threads * vector_count vectors; block_mode: elements are 8-logit
     block maxima; trace: also write the per-row trace of SPEC.md 2.11.
 
@@ -455,7 +472,7 @@ class DecodeTopK:
         # row's first selection uses 0 and 1; the direct path after an underflow, which used
         # only 0, uses 1 and 2), each a 256-bin total and a 256-bin prefix of the lower ranks.
         regions = (("stage", slots * 16), ("copies", 256 * HIST_COPIES * 4), ("exchange", EXCHANGES * 2048),
-                   ("misc", 64), ("select", 1024), ("scan", 2 * 33 * 4 + 8), ("grid", 1024),
+                   ("misc", 64), ("select", 1024), ("grid", 1024),
                    ("samples", SAMPLES * 2), ("queue", slots * 2))
         self.offsets = {}
         offset = 0
@@ -688,30 +705,6 @@ class DecodeTopK:
 
     # -- CTA-wide building blocks ------------------------------------------------------
     @cute.jit
-    def scan(self, sm, tid, value, parity):
-        """(exclusive CTA prefix sum of value over the threads, the CTA total). Warp
-        shuffles; warp 0 scans the warp sums. Two barriers; the scratch alternates with
-        parity (0 or 1), so a call may follow the previous one without a third."""
-        lane = tid & 31
-        warp = tid >> 5
-        scratch = sm["scan"] + parity * (33 * 4)
-        inclusive = warp_inclusive_sum(value, lane)
-        if lane == 31:
-            shared_store_u32(scratch + warp * 4, inclusive)
-        cute.arch.sync_threads()
-        if warp == 0:
-            # Every lane reads only the word it writes below (a lane past the warps reads a
-            # spare word and counts 0): a clamped address made lanes 16-31 read the word lane
-            # 15 then wrote, which racecheck reports as a warp-level WAR hazard.
-            sums = _pick(lane < self.threads // 32, shared_load_u32(scratch + lane * 4), 0)
-            below = warp_inclusive_sum(sums, lane)
-            shared_store_u32(scratch + lane * 4, below - sums)
-            if lane == 31:
-                shared_store_u32(scratch + 32 * 4, below)
-        cute.arch.sync_threads()
-        return inclusive - value + shared_load_u32(scratch + warp * 4), shared_load_u32(scratch + 32 * 4)
-
-    @cute.jit
     def select(self, sm, tid, hist, q):
         """(bin, count above, total) of the q-th largest in a 256-bin histogram, for every
         thread; bin and above are meaningful only when q <= total."""
@@ -744,9 +737,9 @@ class DecodeTopK:
                     batch.append((shared_load_u16(keys + cutlass.min(j, count - 1) * stride), _pick(j < count, 1, 0)))
                 for key, valid in batch:
                     if const_expr(second == 0):
-                        hist_add(hist, key >> 8, valid, lane, 1)
+                        hist_add(hist, key >> 8, valid, lane)
                     else:
-                        hist_add(hist, key & 255, valid & _pick((key >> 8) == high, 1, 0), lane, 1)
+                        hist_add(hist, key & 255, valid & _pick((key >> 8) == high, 1, 0), lane)
             cute.arch.sync_threads()
             if const_expr(second == 0):
                 high, above_high, unused = self.select(sm, tid, hist, q)
@@ -758,9 +751,9 @@ class DecodeTopK:
 
     # -- the selection (both paths) ----------------------------------------------------
     @cute.jit
-    def scan_grid(self, sm, tid, lane):
+    def scan_grid(self, sm, tid, lane, total_at):
         """Warp 0: the exclusive prefix sums, in place, of the V x T/32 (slot, warp) counts
-        in "grid" (4 or 8 a lane), and their total into misc; then a barrier."""
+        in "grid" (4 or 8 a lane), and their total into shared word total_at; then a barrier."""
         per_lane = self.vectors * (self.threads // 32) // 32
         if tid < 32:
             counts = [shared_load_u32(sm["grid"] + (lane * per_lane + j) * 4) for j in range(per_lane)]
@@ -773,7 +766,7 @@ class DecodeTopK:
                 shared_store_u32(sm["grid"] + (lane * per_lane + j) * 4, acc)
                 acc = acc + counts[j]
             if lane == 31:
-                shared_store_u32(sm["misc"] + MISC_QUEUED, inclusive)
+                shared_store_u32(total_at, inclusive)
         cute.arch.sync_threads()
 
     @cute.jit
@@ -790,7 +783,7 @@ class DecodeTopK:
             if lane == 0:
                 shared_store_u32(sm["grid"] + (s * warps + warp) * 4, popc(hits))
         cute.arch.sync_threads()
-        self.scan_grid(sm, tid, lane)
+        self.scan_grid(sm, tid, lane, sm["misc"] + MISC_QUEUED)
         below = (Int32(1) << lane) - 1  # the lanes below this one
         for s in cutlass.range_constexpr(self.vectors):
             hit = _pick(tops[s] >= cutoff, 1, 0)
@@ -925,52 +918,66 @@ class DecodeTopK:
         store_s32(out_row + Int64(slot) * 4, value, is_gt | (is_eq & _pick(rank_eq < need, 1, 0)))
 
     @cute.jit
-    def write_ranked(self, sm, tid, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+    def write_ranked(self, sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
                      everything: cutlass.Constexpr):
-        """Write this CTA's selected keys at their canonical slots (SPEC.md 1.4): in rounds
-        of the queue (entry r T + t to thread t, which is index order), a CTA scan of the
-        round's counts gives each key gtb / eqb, the row's keys > K / == K at lower indices;
-        a key > K goes to out[gtb + min(eqb, k - A)], a key == K with eqb < k - A to
-        out[gtb + eqb]. Every slot of [0, k) is written once, by its owner."""
+        """Write this CTA's selected keys at their canonical slots (SPEC.md 1.4, 2.7): a key
+        > K goes to out[gtb + min(eqb, k - A)], a key == K with eqb < k - A to out[gtb +
+        eqb], gtb / eqb the row's keys > K / == K at lower indices. Round r of the queue
+        hands entry r T + t to thread t (index order). A first sweep counts each entry's
+        keys > K and == K, packed gt | eq << 12 (a CTA holds fewer than k <= 2048 keys > K,
+        and at most 8 T V <= 65,536 equal to K, so neither field carries); a warp scan gives
+        each lane its warp's count below it, lane 31 stores the warp's total at (round,
+        warp) of "grid", and the entry's flags (bit e: lane e > K, bit 8 + e: == K; block
+        mode, bit 16: the block is -inf) with its warp prefix overwrite the first 8 bytes of
+        its own vector in the stage, which nothing reads after the write. One scan of the
+        grid in (round, warp) order, which is index order, gives each (round, warp) its
+        base; a second sweep places the flagged keys. Why one scan: a CTA scan a round
+        costs two barriers a round. Every slot of [0, k) is written once, by its owner."""
         need = self.k - above
-        run_gt = gt_base
-        run_eq = eq_base
+        warps = self.threads // 32
+        warp = tid >> 5
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
-            present = _pick(entry < queued, 1, 0)
             i = self.queue_entry(sm, entry, queued, everything)
-            gt = Int32(0)
-            eq = Int32(0)
-            flags = []
-            for key, ok, index in self.elements(self.vector_words(sm, i), start + i, length, nv):
-                is_gt = ok & present & _pick(key > kth, 1, 0)
-                is_eq = ok & present & _pick(key == kth, 1, 0)
-                gt = gt + is_gt
-                eq = eq + is_eq
-                flags.append((is_gt, is_eq, key, index))
-            # One scan of both counts, packed: a round holds at most 8 T <= 8192 of each, so
-            # the low half never carries into the high one.
-            prefix, totals = self.scan(sm, tid, gt | (eq << 16), (first // self.threads) & 1)
-            rank_gt = run_gt + (prefix & 0xFFFF)
-            rank_eq = run_eq + (prefix >> 16)
-            if const_expr(self.threads == 1024):
-                # The words again from shared memory: holding 8 keys across the scan's
-                # barriers spilled the 1024-thread build's 64 registers. The 512-thread
-                # builds' 128 hold the flags and skip the second read and unpacking
-                # (3-11% of the write, bench/NOTES.md session 6).
-                flags = []
-                for key, ok, index in self.elements(self.vector_words(sm, i), start + i, length, nv):
-                    flags.append((ok & present & _pick(key > kth, 1, 0), ok & present & _pick(key == kth, 1, 0),
-                                  key, index))
-            for is_gt, is_eq, key, index in flags:
-                value = index
-                if const_expr(self.block_mode):
-                    value = _pick(key == KEY_NEG_INF, -1, index)
-                self.place(out_row, value, is_gt, is_eq, rank_gt, rank_eq, need)
-                rank_gt = rank_gt + is_gt
-                rank_eq = rank_eq + is_eq
-            run_gt = run_gt + (totals & 0xFFFF)
-            run_eq = run_eq + (totals >> 16)
+            flags = Int32(0)
+            counts = Int32(0)
+            if entry < queued:
+                elements = self.elements(self.vector_words(sm, i), start + i, length, nv)
+                for e in cutlass.range_constexpr(len(elements)):
+                    key, ok, unused = elements[e]
+                    is_gt = ok & _pick(key > kth, 1, 0)
+                    is_eq = ok & _pick(key == kth, 1, 0)
+                    flags = flags | (is_gt << e) | (is_eq << (8 + e))
+                    if const_expr(self.block_mode):
+                        flags = flags | (_pick(key == KEY_NEG_INF, 1, 0) << 16)
+                    counts = counts + is_gt + (is_eq << 12)
+            inclusive = warp_inclusive_sum(counts, lane)
+            if lane == 31:
+                shared_store_u32(sm["grid"] + ((first // self.threads) * warps + warp) * 4, inclusive)
+            if entry < queued:
+                shared_store_u32x2(sm["stage"] + i * 16, flags, inclusive - counts)
+        cute.arch.sync_threads()
+        self.scan_grid(sm, tid, lane, sm["misc"] + MISC_WRITTEN)
+        per_vector = 1 if self.block_mode else 8
+        for first in cutlass.range(0, queued, self.threads):
+            entry = first + tid
+            if entry < queued:
+                i = self.queue_entry(sm, entry, queued, everything)
+                flags, below = shared_load_u32x2(sm["stage"] + i * 16)
+                if flags != 0:
+                    below = below + shared_load_u32(sm["grid"] + ((first // self.threads) * warps + warp) * 4)
+                    rank_gt = gt_base + (below & 0xFFF)
+                    rank_eq = eq_base + (below >> 12)
+                    g = start + i
+                    for e in cutlass.range_constexpr(per_vector):
+                        is_gt = (flags >> e) & 1
+                        is_eq = (flags >> (8 + e)) & 1
+                        value = g * 8 + e
+                        if const_expr(self.block_mode):
+                            value = _pick(((flags >> 16) & 1) != 0, -1, g)
+                        self.place(out_row, value, is_gt, is_eq, rank_gt, rank_eq, need)
+                        rank_gt = rank_gt + is_gt
+                        rank_eq = rank_eq + is_eq
 
     @cute.jit
     def select_write(self, sm, tid, lane, rank, tops, lo, buffer, start, count, length, nv, out_row, trace_row,
@@ -1022,7 +1029,7 @@ class DecodeTopK:
             kth = (high << 8) | low
             above = above_high + above_low
             gt_base, eq_base = self.prefix(sm, tid, lane, buffer, high, low)
-            self.write_ranked(sm, tid, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+            self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
                               everything)
             if const_expr(self.profile):
                 cute.arch.sync_threads()  # "placed" means the whole CTA has placed its keys

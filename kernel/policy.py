@@ -41,7 +41,7 @@ PROFILE_STAMPS = ("start", "inputs", "staged", "started", "cutoff", "queued", "p
 # Builds and variants
 # ---------------------------------------------------------------------------------------
 def threads_for(cluster):
-    """Threads a CTA: 1024 at 4 CTAs a row, else 512 (1, 8 and 16 CTAs)."""
+    """Threads a CTA: 1024 at 4 CTAs a row, else 512 (1, 2, 8 and 16 CTAs)."""
     return 1024 if cluster == 4 else 512
 
 
@@ -103,7 +103,8 @@ class Build(typing.NamedTuple):
 
 
 # The builds of SPEC.md 2.1.
-BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in ((8, 8), (4, 8), (8, 16), (16, 16), (1, 8), (1, 16)))
+BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in
+               ((8, 8), (4, 8), (8, 16), (16, 16), (1, 8), (1, 16), (2, 8), (2, 16)))
 
 
 class Variant(typing.NamedTuple):
@@ -146,23 +147,39 @@ def check_width(width):
         raise ValueError(f"row width {width} is outside [0, {MAX_WIDTH}]: no DecodeTopK build holds it")
 
 
+# Vectors a thread up to which a token row takes the direct path at C CTAs a row (SPEC.md
+# 2.3, measured on the H200: bench/NOTES.md session 7): eight at one CTA, four at two, two
+# on the clusters of 4, 8 and 16.
+DIRECT_VECTORS = {1: 8, 2: 4}
+DIRECT_VECTORS_CLUSTER = 2
+# Rows up to this width take 2 CTAs a row before 8 (one vector a thread at 2 x 512
+# threads): an 8-CTA cluster's barriers cost more than a quarter-full CTA saves there.
+TWO_CTA_FIRST_WIDTH = 8192
+
+
 def direct_max_length(cluster):
     """The longest token row (in logits) that takes the direct path with no sampled attempt
-    at `cluster` CTAs a row (SPEC.md 2.3): one vector a thread on a cluster (8 C T), eight
-    at one CTA (32,768), where the direct path is as fast as the sampled one (measured:
-    bench/NOTES.md, session 6)."""
-    return 8 * cluster * threads_for(cluster) * (8 if cluster == 1 else 1)
+    at `cluster` CTAs a row (SPEC.md 2.3): 8 C T d, d = DIRECT_VECTORS vectors a thread
+    (32,768 logits at 1 and 2 CTAs, 65,536 at 4 and 8, 131,072 at 16), below which the
+    direct path was measured faster than the sampled one (bench/NOTES.md, sessions 6, 7)."""
+    return 8 * cluster * threads_for(cluster) * DIRECT_VECTORS.get(cluster, DIRECT_VECTORS_CLUSTER)
 
 
 def cluster_for(rows, width, resident):
-    """CTAs a row: up to 262,144 logits, 8 while every row's cluster is resident at once,
-    else 1 when a single CTA holds the row (up to 65,536 logits) and the rows outnumber
-    the resident 4-CTA clusters, else 4; 8 up to 524,288 and 16 up to 1,048,576 logits,
-    whatever the rows."""
+    """CTAs a row: up to 262,144 logits, 2 up to 8,192 logits while every row's 2-CTA
+    cluster is resident at once, else 8 while every row's 8-CTA cluster is, else 2 while
+    every row's 2-CTA cluster is (up to 131,072 logits), else 1 when a single CTA holds the
+    row (up to 65,536 logits) and the rows outnumber the resident 4-CTA clusters, else 4;
+    8 up to 524,288 and 16 up to 1,048,576 logits, whatever the rows."""
     check_width(width)
     if width <= Build.of(8, 8).capacity:
+        two = width <= Build.of(2, 16).capacity and rows <= resident(Build.of(2, vectors_for(width, 2)))
+        if two and width <= TWO_CTA_FIRST_WIDTH:
+            return 2
         if rows <= resident(Build.of(8, 8)):
             return 8
+        if two:
+            return 2
         return 1 if width <= Build.of(1, 16).capacity and rows > resident(Build.of(4, 8)) else 4
     if width <= Build.of(8, 16).capacity:
         return 8
@@ -187,10 +204,12 @@ def max_rows(width, resident):
 def precompile_builds(max_width):
     """The builds build_for picks at any width up to max_width for any row count: each
     build's widest row (capped at max_width), with one row resident and with two rows of
-    which only one is (so both 8x512x8 and 4x1024x8 appear)."""
+    which only one is, or two of one build (so 8x512x8, the 2-CTA builds, 4x1024x8 and
+    the 1-CTA builds all appear)."""
     check_width(max_width)
     widths = {min(max_width, build.capacity) for build in BUILDS}
-    return sorted({build_for(rows, width, lambda build: 1) for width in widths for rows in (1, 2)})
+    tables = [lambda build: 1] + [lambda build, two=two: 2 if build == two else 1 for two in BUILDS]
+    return sorted({build_for(rows, width, resident) for width in widths for rows in (1, 2) for resident in tables})
 
 
 # ---------------------------------------------------------------------------------------

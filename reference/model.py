@@ -47,7 +47,8 @@ _mutant = MUTANTS.add
 
 
 Q_FLOOR = _mutant("q_floor", "q = floor(2048 (k + 2560) / length): rounded down instead of up")
-Q_CLAMP_CTA = _mutant("q_clamp_cta", "q clamped to [1, 2048 / C] (a CTA's samples) instead of [1, 2048]")
+# (q_clamp_cta, q clamped to [1, 2048 / C], is retired: since SPEC 2.3's d of session 7 a
+# sampled row has q <= 288 < 2048 / C at every C, so that clamp changes nothing.)
 CUTOFF_PLUS = _mutant("cutoff_plus_one", "sampled cutoff one key above the q-th largest sample")
 CUTOFF_MINUS = _mutant("cutoff_minus_one", "sampled cutoff one key below the q-th largest sample")
 SAMPLE_SHIFT = _mutant("sample_shift", "sample positions shifted one logit right")
@@ -298,7 +299,8 @@ def _around(ekey, ecnt, W, g, key):
 def _write_cta(ekey, ecnt, W, start, queue, qlen, T, K, A, k, gt_base, eq_base, eq_total, mutant,
                out, cg, ce, block):
     """The ranked write of one CTA (1.4, 2.7): its queue in rounds of T entries, entry
-    x = r T + t unpacked by thread t; a CTA scan of the round's (gt, eq) counts; each key
+    x = r T + t unpacked by thread t; the (gt, eq) counts of the entries before it (the
+    kernel: one CTA scan over every round's counts, in index order); each key
     > K goes to out[gtb + min(eqb, k - A)] and each key == K with eqb < k - A to
     out[gtb + eqb], where gtb / eqb count the row's keys > K / == K at lower indices
     (gt_base / eq_base: those of the lower ranks). Returns wild writes: outside the row, or
@@ -516,8 +518,7 @@ def _row(bits, length, k, block, C, T, V, DM, slot, mutant, out, tr,
             q = (SAMPLES * (k + SURVIVOR_AIM)) // length
         else:
             q = (SAMPLES * (k + SURVIVOR_AIM) + length - 1) // length
-        hi = S if mutant == Q_CLAMP_CTA else SAMPLES
-        q = min(hi, max(1, q))
+        q = min(SAMPLES, max(1, q))
         cutoff, _ = _radix_select(samples, SAMPLES, q, mutant)
         if mutant == CUTOFF_PLUS:
             cutoff += 1

@@ -121,8 +121,8 @@ def test_a_forced_build_must_exist_and_hold_the_width():
     """The build override (the other input checks: tests/test_validation.py)."""
     logits = torch.zeros((4, 4096), dtype=torch.bfloat16, device="cuda")
     lens = torch.full((4,), 4096, dtype=torch.int32, device="cuda")
-    with pytest.raises(ValueError, match=r"build \(2, 8\) is not one of"):
-        aot_loader.decode_topk_aot(logits, lens, 512, build=(2, 8))
+    with pytest.raises(ValueError, match=r"build \(3, 8\) is not one of"):
+        aot_loader.decode_topk_aot(logits, lens, 512, build=(3, 8))
     wide = torch.zeros((1, 524288), dtype=torch.bfloat16, device="cuda")
     with pytest.raises(ValueError, match="holds rows of up to 262144 logits, not 524288"):
         aot_loader.decode_topk_aot(wide, lens[:1], 512, build=(8, 8))

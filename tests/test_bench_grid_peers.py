@@ -134,10 +134,15 @@ def test_report_writes_png_and_results_with_and_without_peers(tmp_path):
 
 
 def test_the_stored_runs_still_report_without_peer_columns():
+    checked = 0
     for path in sorted((REPO / "bench" / "results").glob("*_grid*.json")):
         results = json.loads(path.read_text())
+        if "peer_libraries" in results:  # a run with peers (session 7 on) has their columns
+            continue
         text = grid.table(results)
         assert "fastest valid peer" not in text and "L2" not in text.split("\n")[2]
+        checked += 1
+    assert checked
 
 
 def _run(args):

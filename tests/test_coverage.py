@@ -91,7 +91,8 @@ def test_reachable_is_what_every_length_allows(build):
         assert f"{build.name} token sampled: slots 0-{build.vectors - 1};" in line
     else:  # 1x512x8: every token row up to its capacity takes the direct path
         assert "token sampled" not in line and f"{build.name} token direct: slots 0-{build.vectors - 1}" in line
-    short = "0" if build.cluster > 1 else "0-3"  # a short block row's 2048 vectors: 4 slots of one CTA
+    # a short block row's 2048 vectors: 4 slots of one CTA, 2 at 2 CTAs a row
+    short = {1: "0-3", 2: "0-1"}.get(build.cluster, "0")
     assert f"{build.name} block short: slots -, {short};" in line
 
 
@@ -116,11 +117,16 @@ def test_dropping_a_top_slot_case_leaves_its_slots_unreached(model_ci, case):
     problems = cv.suite_problems(others, BUILDS)
     lacking = cv.missing(cv.suite_combinations(others), BUILDS)
     assert problems and lacking and "not reached" in problems[0]
-    # what goes missing: the slots above the widest other row, on the case's builds only
-    widest = {b.name: 1 + max(slot for run in others if run.build == b.name for _, _, slot, _, _ in run.slots)
-              for b in BUILDS}
+    # what goes missing: on the case's builds only, the slots above the widest other row of
+    # the same mode, path and reason
+    widest = {}
+    for run in others:
+        for build, mode, slot, path, reason in run.slots:
+            key = (build, mode, path, reason)
+            widest[key] = max(widest.get(key, 0), slot + 1)
     for build, mode, slot, path, reason in lacking:
-        assert build in case.make.keywords["builds"] and slot >= widest[build], (build, slot)
+        assert build in case.make.keywords["builds"], (build, slot)
+        assert slot >= widest.get((build, mode, path, reason), 0), (build, mode, slot, path, reason)
     for name in case.make.keywords["builds"]:
         top = Build.parse(name).vectors - 1
         assert {(name, "block", top, cv.DIRECT, cv.NONE), (name, "token", top, cv.SAMPLED, cv.NONE),
@@ -129,9 +135,11 @@ def test_dropping_a_top_slot_case_leaves_its_slots_unreached(model_ci, case):
 
 
 # short, length 0, direct at slot 0; the 1-CTA builds' slots (their direct, sampled and
-# underflow rows, block rows up to 65,536 logits); then the top-slot cases (the last one is
-# dropped below)
-MINIMAL = ["lengths", "one-cta-direct", "one-cta-underflow-wide", "needles", "plateau"] + \
+# underflow rows, block rows up to 65,536 logits); 2x512x16's (rows of 131,072 logits, both
+# modes, and its underflow);
+# then the top-slot cases (the last one is dropped below)
+MINIMAL = ["lengths", "one-cta-direct", "one-cta-underflow-wide", "needles", "plateau", "sampled-lengths",
+           "sampled-underflow"] + \
     [c.name for c in TOP_SLOT_CASES]
 
 

@@ -69,9 +69,9 @@ def _row(width, length, seed=0):
 @pytest.mark.parametrize("build", BUILDS, ids=str)
 def test_paths_follow_spec(build):
     cluster, threads, vectors = build
-    # SPEC 2.3, restated: the direct path's last length is one vector a thread on a
-    # cluster, eight at one CTA
-    direct_max = 8 * cluster * threads * (8 if cluster == 1 else 1)
+    # SPEC 2.3, restated: the direct path's last length is eight vectors a thread at one
+    # CTA, four at two, two on the clusters of 4, 8 and 16
+    direct_max = 8 * cluster * threads * {1: 8, 2: 4}.get(cluster, 2)
     assert policy.direct_max_length(cluster) == direct_max
     k = 512
     cases = [
@@ -99,7 +99,8 @@ def test_sampled_trace_fields():
     rng = np.random.default_rng(3)
     logits = rng.integers(0x3000, 0x4000, size=(2, 131072), dtype=np.uint16)
     lengths = np.array([131072, 100001], np.int32)
-    for build in (b for b in BUILDS if b.capacity >= logits.shape[1]):
+    # every build that holds the row and samples it (16x512x16 takes 131,072 logits direct)
+    for build in (b for b in BUILDS if b.capacity >= logits.shape[1] and policy.direct_max_length(b.cluster) < 100001):
         _, trace = simulate(logits, lengths, 1024, False, build=build)
         assert (trace[:, 0] == 1).all(), trace
         assert trace[0, 2] == (2048 * (1024 + 2560) + 131071) // 131072
@@ -110,10 +111,11 @@ def test_policy_chooses_the_build():
     rng = np.random.default_rng(4)
     logits = rng.integers(0, 0x7F00, size=(3, 40000), dtype=np.uint16)
     lengths = np.array([40000, 39999, 33000], np.int32)
-    # 3 rows: 8x512x8 while 3 clusters fit; else a 1-CTA build (40000 logits: 1x512x16) once
-    # the rows outnumber the resident 4-CTA clusters, else 4x1024x8.
-    for resident, build in ((lambda b: 3, (8, 512, 8)), (lambda b: 2, (1, 512, 16)),
-                            (lambda b: 2 if b.cluster == 8 else 3, (4, 1024, 8))):
+    # 3 rows: 8x512x8 while 3 clusters fit; else 2x512x8 (40000 logits) while 3 of its
+    # clusters do; else a 1-CTA build (1x512x16) once the rows outnumber the resident 4-CTA
+    # clusters, else 4x1024x8.
+    for resident, build in ((lambda b: 3, (8, 512, 8)), (lambda b: 2 if b.cluster == 8 else 3, (2, 512, 8)),
+                            (lambda b: 2, (1, 512, 16)), (lambda b: 3 if b.cluster == 4 else 2, (4, 1024, 8))):
         assert resolve_build(3, 40000, resident=resident) == build
         got = simulate(logits, lengths, 512, False, resident=resident)
         want = simulate(logits, lengths, 512, False, build=build)
@@ -126,7 +128,7 @@ def test_policy_chooses_the_build():
 
 def test_build_validation():
     logits, lengths = _row(64, 64)
-    for bad in ((2, 8), (4, 16), (8, 1024, 8), "8x512", "8x512x8x1", (8.0, 8), True):
+    for bad in ((3, 8), (4, 16), (8, 1024, 8), "8x512", "8x512x8x1", (8.0, 8), True):
         with pytest.raises(ValueError, match=r"build .* is not"):
             simulate(logits, lengths, 512, build=bad)
     wide = np.zeros((1, 262152), np.uint16)

@@ -89,20 +89,20 @@ def test_build_needs_an_implementation_that_takes_it():
 
 def test_cli_model_one_build():
     result = subprocess.run([sys.executable, "-m", "decode_topk.conformance", "--impl", "model", "--level", "ci",
-                             "--case", "sampled-under", "--build", "16x512x16"],
+                             "--case", "sampled-under", "--build", "8x512x16"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # the coverage line follows the case's intent, one row a spec and k
     case = next(c for c in cases("ci") if c.name == "sampled-underflow")
-    intents = [row for k in KS for row in case.intent(Build.parse("16x512x16"), k)]
+    intents = [row for k in KS for row in case.intent(Build.parse("8x512x16"), k)]
     sampled = sum(path == 1 for path, _ in intents)
     underflow = sum(reason == 2 for _, reason in intents)
     assert underflow and sampled, intents
-    assert (f"16x512x16  path short=0 sampled={sampled} direct={len(intents) - sampled} | "
+    assert (f"8x512x16   path short=0 sampled={sampled} direct={len(intents) - sampled} | "
             f"fallback underflow={underflow}") in result.stdout
-    bad = subprocess.run([sys.executable, "-m", "decode_topk.conformance", "--impl", "model", "--build", "2x512x8"],
+    bad = subprocess.run([sys.executable, "-m", "decode_topk.conformance", "--impl", "model", "--build", "3x512x8"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "2x512x8" in bad.stderr
+    assert bad.returncode == 2 and "3x512x8" in bad.stderr
 
 
 def test_the_intent_is_read_from_the_case():
