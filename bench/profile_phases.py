@@ -32,7 +32,7 @@ from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
 # not exist as code paths of their own (e.g. direct_max=1 << 30: every row direct;
 # threads=1024: a thread count other than threads_for(cluster)).
 DIRECT = {"direct_max": 1 << 30}
-SAMPLED = {"direct_max": 0}  # every token row of n > k samples (valid past 8 C T logits, SPEC 2.4)
+SAMPLED = {"direct_max": 0}  # every token row of n > k samples (SPEC 2.4's positions are distinct past 8 C T logits)
 CONFIGS = {
     "cluster": [(1, 131072, 2048, False, (8, 8), {}), (8, 131072, 2048, False, (8, 8), {}),
                 (32, 32768, 2048, False, (4, 8), {}), (64, 8192, 512, False, (4, 8), {}),

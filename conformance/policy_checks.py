@@ -31,14 +31,17 @@ EDGE_DIRECT = 65536  # the direct path's longest token row at 4 and 8 CTAs (two 
 EDGE_TWO_FIRST = 8192  # rows up to this width take 2 CTAs before 8 (one vector a thread at 2 x 512)
 
 
-def _resident_table(small, large16, four=None, two=None):
+def _resident_table(small, large16, four=None, two=None, two16=None):
     """resident(build): `small` clusters of each 8-CTA build (and of the 4-CTA and 2-CTA
-    ones unless `four` or `two` is given), `large16` of 16x512x16."""
+    ones unless `four` or `two` is given), `large16` of 16x512x16; `two16`, if given, of
+    2x512x16 alone (so a policy that asks the wrong 2-CTA build is seen)."""
     def resident(build):
         if build.cluster == 16:
             return large16
         if build.cluster == 4 and four:
             return four
+        if build.cluster == 2 and build.vectors == 16 and two16:
+            return two16
         if build.cluster == 2 and two:
             return two
         return small
@@ -81,12 +84,13 @@ def _edge_problems(p):
     problems = []
     edges = (EDGE_TWO_FIRST, EDGE_1_8, EDGE_1, EDGE_2, EDGE_8, EDGE_16, EDGE_MAX)
     widths = sorted({0, 1, 8, 4096} | {e + d for e in edges for d in (-1, 0, 1)} - {EDGE_MAX + 1})
-    for small, large16, four, two in ((15, 7, 30, 66), (30, 14, None, None), (1, 1, None, None), (15, 7, 30, 20)):
-        resident = _resident_table(small, large16, four, two)
-        four, two = four or small, two or small
+    for small, large16, four, two, two16 in ((15, 7, 30, 66, None), (30, 14, None, None, None),
+                                             (1, 1, None, None, None), (15, 7, 30, 20, None), (15, 7, 30, 66, 40)):
+        resident = _resident_table(small, large16, four, two, two16)
+        four, two, two16 = four or small, two or small, two16 or two or small
         for width in widths:
             for rows in sorted({1, small - 1, small, small + 1, four - 1, four, four + 1, two - 1, two, two + 1,
-                                2 * large16, 2 * large16 + 1} - {0}):
+                                two16 - 1, two16, two16 + 1, 2 * large16, 2 * large16 + 1} - {0}):
                 try:
                     got = p.build_for(rows, width, resident).name
                 except ValueError as exc:
@@ -144,11 +148,11 @@ def _edge_problems(p):
 # ---------------------------------------------------------------------------------------
 def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width_16=lambda w, c: w <= c,
                  width_1=lambda w, c: w <= c, many=lambda r, n: r > n, width_2=lambda w, c: w <= c,
-                 rows_2=lambda r, n: r <= n, first_2=lambda w, c: w <= c):
+                 rows_2=lambda r, n: r <= n, first_2=lambda w, c: w <= c, two_vectors=None):
     def cluster_for(rows, width, resident):
         policy.check_width(width)
         if width_8(width, policy.Build.of(8, 8).capacity):
-            vectors = policy.vectors_for(width, 2)
+            vectors = two_vectors or policy.vectors_for(width, 2)
             two = bool(width_2(width, policy.Build.of(2, 16).capacity) and vectors
                        and rows_2(rows, resident(policy.Build.of(2, vectors))))
             if two and first_2(width, EDGE_TWO_FIRST):
@@ -217,6 +221,8 @@ POLICY_MUTANTS = {
                              lambda: _cluster_for(first_2=lambda w, c: w < c)),
     "two_cta_first_past": ("2 CTAs before 8 at width 8193", lambda: _cluster_for(first_2=lambda w, c: w <= c + 1)),
     "two_cta_first_never": ("8 CTAs before 2 at every width", lambda: _cluster_for(first_2=lambda w, c: False)),
+    "two_cta_resident_16": ("the 2-CTA rule asks 2x512x16's residency at every width",
+                            lambda: _cluster_for(two_vectors=16)),
     "width_16_past": ("8x512x16 takes width 524289", lambda: _cluster_for(width_16=lambda w, c: w <= c + 1)),
     "waves_three": ("the 16-CTA build takes three waves", lambda: _max_rows(waves=3)),
     "waves_one": ("the 16-CTA build takes one wave", lambda: _max_rows(waves=1)),

@@ -43,8 +43,11 @@ from decode_topk.kernel import policy
 
 from .gpu_impl import POISON
 
-DEFAULT_PLAN = ("73728:100000x4", "16384:300000x1", "4096:300000x1", "262144:30000x1", "524288:16000x1",
-                "1048576:8000x1")
+# Widest first after the 73,728 batches: a 196,608 batch gives 16x512x16 rows past its direct
+# path's 131,072 logits (SPEC 2.3), i.e. its sampled path, before the gate's 125 s budget
+# ends the plan (the wider batches rarely run within it).
+DEFAULT_PLAN = ("73728:100000x3", "196608:20000x1", "16384:300000x1", "4096:400000x1", "262144:30000x1",
+                "524288:16000x1", "1048576:8000x1")
 
 
 def parse_plan(items):

@@ -48,7 +48,8 @@ _mutant = MUTANTS.add
 
 Q_FLOOR = _mutant("q_floor", "q = floor(2048 (k + 2560) / length): rounded down instead of up")
 # (q_clamp_cta, q clamped to [1, 2048 / C], is retired: since SPEC 2.3's d of session 7 a
-# sampled row has q <= 288 < 2048 / C at every C, so that clamp changes nothing.)
+# sampled row is longer than D, so q <= ceil(2048 (2048 + 2560) / (D + 1)): 288 at C <= 2,
+# 144 at 4 and 8, 72 at 16, always below 2048 / C, and that clamp changes nothing.)
 CUTOFF_PLUS = _mutant("cutoff_plus_one", "sampled cutoff one key above the q-th largest sample")
 CUTOFF_MINUS = _mutant("cutoff_minus_one", "sampled cutoff one key below the q-th largest sample")
 SAMPLE_SHIFT = _mutant("sample_shift", "sample positions shifted one logit right")
@@ -86,7 +87,7 @@ SHORT_PAD_ZERO = _mutant("short_padding_zero", "short rows padded with 0 instead
 SHORT_REVERSED = _mutant("short_reversed", "short rows written n-1 .. 0 instead of positionally")
 SHORT_LT = _mutant("short_below_k", "short path only for n < k (n == k takes the long paths)")
 SAMPLED_GE = _mutant("sampled_at_direct_max", "sampled path at nv = direct_max_length / 8 too (the direct path's last length)")
-ONE_CTA_D1 = _mutant("one_cta_samples_past_one_vector", "one CTA a row samples past one vector a thread, as a cluster does")
+ONE_CTA_D1 = _mutant("one_cta_samples_past_one_vector", "one CTA a row samples past one vector a thread (d = 1, not 8)")
 LAST_LANE_EXTRA = _mutant("last_lane_extra", "the masked last vector reads one lane too many")
 LAST_LANE_MISSING = _mutant("last_lane_missing", "the masked last vector reads one lane too few")
 

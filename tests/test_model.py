@@ -14,9 +14,9 @@ from decode_topk.reference.model import MUTANTS, resolve_build, simulate
 from decode_topk.kernel.policy import BUILDS, Build
 
 SPECIALS = np.array([0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81, 0x7FFF, 0x3F80], np.uint16)
-# Widths around the path thresholds: one vector a thread at C T = 4096 (32768 logits) and
-# 8192 (65536), so that every build sees short, direct and sampled rows.
-WIDTHS = (8, 600, 4104, 17000, 32768, 32776, 40000, 65536, 65544, 90000)
+# Widths around the path thresholds D (SPEC 2.3: 32,768 logits at 1 and 2 CTAs, 65,536 at 4
+# and 8, 131,072 at 16), so that every build sees short, direct and sampled rows.
+WIDTHS = (8, 600, 4104, 17000, 32768, 32776, 40000, 65536, 65544, 90000, 131072, 131080)
 
 
 def _fits(width, build):

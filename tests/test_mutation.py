@@ -34,9 +34,8 @@ def test_subset_is_killed():
 
 
 def test_a_mutant_without_its_case_survives():
-    # 'one-value' rows are at most 20,480 logits: never sampled on the builds whose direct
-    # path takes rows of 32,768 (SPEC 2.3; not the 2-CTA builds, 8,192), so a bug in q is
-    # invisible there.
+    # 'one-value' rows are at most 20,480 logits: never sampled, since every build's direct
+    # path takes rows of 32,768 or more (SPEC 2.3), so a bug in q is invisible there.
     direct_builds = [b for b in BUILDS if policy.direct_max_length(b.cluster) >= 20480]
     (outcome,) = run_campaign(["q_floor"], level="ci", case_filter="one-value", builds=direct_builds,
                               stream=None)
