@@ -101,13 +101,14 @@ def profile(rows, width, k, block_mode, build, overrides):
     lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
     out = torch.full((rows, k), POISON, dtype=torch.int32, device="cuda")
     trace = torch.zeros((rows, topk.trace_width), dtype=torch.int32, device="cuda")
-    compiled(*dtk.cute_arguments(logits, lengths, out, trace))
+    arguments = dtk.cute_arguments(logits, lengths, out, trace)  # the same tensors every launch
+    compiled(*arguments)
     torch.cuda.synchronize()
     counts, first = gpu_check.check(logits, lengths, k, block_mode, out)
     violations = int(sum(counts.values()))
     for _ in range(3):
         trace.zero_()
-        compiled(*dtk.cute_arguments(logits, lengths, out, trace))
+        compiled(*arguments)
         torch.cuda.synchronize()
     fields = trace.cpu().numpy().astype(np.int64)
     stamps = fields[:, len(dtk.TRACE_FIELDS):]

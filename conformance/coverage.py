@@ -115,8 +115,8 @@ def reachable(build):
       or no slot at length 0.
     - direct without a sampled attempt (k < n <= D, D = direct_max_length(C) = 8 C T d,
       d = 8 vectors a thread at C = 1, 4 at C = 2, 2 on the clusters of 4, 8 and 16):
-      slots 0 .. min(d, V) - 1, since
-      nv <= d C T puts at most d T vectors in every chunk; reachable because k + 1 <= 8 C T.
+      slots 0 .. min(d, V) - 1, since nv <= d C T puts at most d T vectors in every chunk;
+      reachable because k + 1 <= 8 C T.
     - a sampled attempt (n > D, where D < capacity; not on 1x512x8, whose capacity is D):
       slots 0 .. ceil(nv / (C T)) - 1, so every slot up to V - 1 (at capacity). Each
       outcome, sampled (path 1, reason 0) and underflow (path 2, reason 2), is reachable at
@@ -125,8 +125,7 @@ def reachable(build):
       positions and nothing else at or above the cutoff underflows when q < k (exactly q
       keys at or above it; q <= 288 < k = 2048, since every sampled row is longer than
       D >= 32,768 logits); k or more such keys succeed (conformance/algorithm_cases.py
-      builds exactly such rows:
-      make_controlled, make_samples_hit_top, make_one_cta_hits).
+      builds exactly such rows: make_controlled, make_samples_hit_top, make_one_cta_hits).
     Block mode (n = nv, no sampled path):
     - short (nv <= k <= 2048): slots 0 .. ceil(ceil(2048 / C) / T) - 1 (slot 0 at C >= 4,
       where C T >= 4096; slots 0-1 at C = 2; slots 0-3 at C = 1), or no slot at length 0.
