@@ -2,8 +2,9 @@
 
     source .dsl/b/install.sh && python bench/profile_phases.py [SET ...]
 
-SETS: cluster (the default), one-cta, one-cta-1024, targets, cluster-direct, two-cta (CONFIGS
-below).
+SETS: cluster (the default), one-cta, one-cta-1024, targets, q-min, cluster-direct, two-cta,
+micro
+(CONFIGS below).
 
 Needs the DSL on the GPU machine (the profile build is not in the AOT library). Data:
 indexer-like rows at rho 0.9 (bench/grid.py make_logits). Prints, per configuration, the
@@ -30,7 +31,8 @@ from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
 # (rows, width, k, block_mode, (cluster, vectors), overrides): overrides sets attributes
 # of the DecodeTopK before it compiles, so one run compares variants of a build that do
 # not exist as code paths of their own (e.g. direct_max=1 << 30: every row direct;
-# threads=1024: a thread count other than threads_for(cluster)).
+# threads=1024: a thread count other than threads_for(cluster); data="gaussian": other
+# rows than bench/grid.py's rho 0.9).
 DIRECT = {"direct_max": 1 << 30}
 SAMPLED = {"direct_max": 0}  # every token row of n > k samples (SPEC 2.4's positions are distinct past 8 C T logits)
 CONFIGS = {
@@ -52,6 +54,11 @@ CONFIGS = {
                                               (8, 524288, 512, (8, 16)), (64, 262144, 512, (4, 8)),
                                               (128, 65536, 512, (1, 16)), (128, 8192, 2048, (1, 8)),
                                               (1, 8192, 512, (2, 8)), (14, 1048576, 2048, (16, 16)))],
+    # the least sample rank Q_MIN[k] (SPEC 2.4) against the aim alone (q_min=1, session 7's rule)
+    "q-min": [(rows, width, k, False, build, over)
+              for rows, width, k, build in ((1, 1048576, 1024, (16, 16)), (1, 1048576, 2048, (16, 16)),
+                                            (8, 1048576, 2048, (16, 16)), (14, 1048576, 2048, (16, 16)))
+              for over in ({}, {"q_min": 1})],
     # the cluster builds' sampled path against their direct path at 2-16 vectors a thread
     # (bench/NOTES.md sessions 6, 7: SPEC 2.3's d)
     "cluster-direct": [(rows, width, k, False, build, over)
@@ -61,6 +68,15 @@ CONFIGS = {
                                                      (8, 524288, 512, (8, 16)), (1, 131072, 512, (16, 16)),
                                                      (1, 131072, 2048, (16, 16)), (1, 262144, 2048, (16, 16)))
                        for over in (SAMPLED, DIRECT)],
+    # the points of session 8's A/B of the histograms' adds (bench/NOTES.md session 8), at
+    # rho 0.9 and Gaussian
+    "micro": [(rows, width, k, False, build, over)
+              for rows, width, k, build in ((64, 8192, 512, (2, 8)), (128, 8192, 2048, (1, 8)),
+                                            (32, 32768, 2048, (2, 8)), (128, 32768, 512, (1, 8)),
+                                            (128, 65536, 512, (1, 16)),
+                                            (1, 131072, 2048, (8, 8)), (64, 131072, 2048, (2, 16)),
+                                            (64, 262144, 512, (4, 8)), (1, 1048576, 512, (16, 16)))
+              for over in ({}, {"data": "gaussian"})],
     # the 2-CTA builds' sampled path against their direct path at 4-16 vectors a thread
     "two-cta": [(rows, width, k, False, build, over)
                 for rows, width, k, build in ((32, 32768, 2048, (2, 8)), (32, 32768, 512, (2, 8)),
@@ -86,6 +102,7 @@ def profile(rows, width, k, block_mode, build, overrides):
     overrides = dict(overrides)
     own = dtk.threads_for
     threads = overrides.pop("threads", None)
+    data = overrides.pop("data", "rho0.9")
     if threads is not None:
         dtk.threads_for = lambda c: threads if c == cluster else own(c)
     try:
@@ -97,7 +114,7 @@ def profile(rows, width, k, block_mode, build, overrides):
             raise SystemExit(f"profile_phases.py: DecodeTopK has no attribute {name!r} to override")
         setattr(topk, name, value)
     compiled = cute.compile(topk, *dtk.fake_arguments(k, topk.trace_width))
-    logits = make_logits(torch, "rho0.9", rows, width, seed=rows * 7 + width)
+    logits = make_logits(torch, data, rows, width, seed=rows * 7 + width)
     lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
     out = torch.full((rows, k), POISON, dtype=torch.int32, device="cuda")
     trace = torch.zeros((rows, topk.trace_width), dtype=torch.int32, device="cuda")
@@ -114,7 +131,7 @@ def profile(rows, width, k, block_mode, build, overrides):
     stamps = fields[:, len(dtk.TRACE_FIELDS):]
     since = np.where(stamps != 0, (stamps - stamps[:, :1]) & 0xFFFFFFFF, -1)  # %clock wraps at 2^32
     median = np.median(since, axis=0)
-    rule = "".join(f" {name}={value}" for name, value in overrides.items())
+    rule = "".join(f" {name}={value}" for name, value in overrides.items()) + ("" if data == "rho0.9" else f" data={data}")
     print(f"== rows {rows} width {width} k {k} {'block' if block_mode else 'token'} build "
           f"{cluster}x{topk.threads}x{vectors}{rule} paths {np.bincount(fields[:, 0], minlength=3).tolist()}"
           + (f" INVALID: {violations} violations, first rows {first}" if violations else " exact"))

@@ -51,17 +51,18 @@ def _resident_table(small, large16, four=None, two=None, two16=None):
 def expected_build(rows, width, resident):
     """SPEC 2.1's build for rows x width, as a name (independent of kernel/policy.py)."""
     if width <= EDGE_8:
-        two = policy.Build(2, 512, 8 if width <= EDGE_1 else 16)
-        two_fits = width <= EDGE_2 and rows <= resident(two)
+        two_fits = rows <= resident(policy.Build(2, 512, 8))
         if two_fits and width <= EDGE_TWO_FIRST:
-            return two.name
+            return "2x512x8"
         if rows <= resident(policy.Build(8, 512, 8)):
             return "8x512x8"
-        if two_fits:
-            return two.name
-        if width <= EDGE_1 and rows > resident(policy.Build(4, 1024, 8)):
-            return "1x512x8" if width <= EDGE_1_8 else "1x512x16"
-        return "4x1024x8"
+        if width <= EDGE_1:
+            if two_fits:
+                return "2x512x8"
+            if rows > resident(policy.Build(4, 1024, 8)):
+                return "1x512x8" if width <= EDGE_1_8 else "1x512x16"
+            return "4x1024x8"
+        return "2x512x16" if width <= EDGE_2 else "4x1024x8"
     if width <= EDGE_16:
         return "8x512x16"
     return "16x512x16"
@@ -148,22 +149,20 @@ def _edge_problems(p):
 # ---------------------------------------------------------------------------------------
 def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width_16=lambda w, c: w <= c,
                  width_1=lambda w, c: w <= c, many=lambda r, n: r > n, width_2=lambda w, c: w <= c,
-                 rows_2=lambda r, n: r <= n, first_2=lambda w, c: w <= c, two_vectors=None):
+                 rows_2=lambda r, n: r <= n, first_2=lambda w, c: w <= c, two_vectors=8):
     def cluster_for(rows, width, resident):
         policy.check_width(width)
         if width_8(width, policy.Build.of(8, 8).capacity):
-            vectors = two_vectors or policy.vectors_for(width, 2)
-            two = bool(width_2(width, policy.Build.of(2, 16).capacity) and vectors
-                       and rows_2(rows, resident(policy.Build.of(2, vectors))))
+            two = rows_2(rows, resident(policy.Build.of(2, two_vectors)))
             if two and first_2(width, EDGE_TWO_FIRST):
                 return 2
             if rows_ok(rows, resident(policy.Build.of(8, 8))):
                 return 8
-            if two:
-                return 2
-            if width_1(width, policy.Build.of(1, 16).capacity) and many(rows, resident(policy.Build.of(4, 8))):
-                return 1
-            return 4
+            if width_1(width, policy.Build.of(1, 16).capacity):
+                if two:
+                    return 2
+                return 1 if many(rows, resident(policy.Build.of(4, 8))) else 4
+            return 2 if width_2(width, policy.Build.of(2, 16).capacity) else 4
         if width_16(width, policy.Build.of(8, 16).capacity):
             return 8
         return 16
@@ -220,6 +219,9 @@ POLICY_MUTANTS = {
     "two_cta_first_strict": ("2 CTAs before 8 only for width < 8192",
                              lambda: _cluster_for(first_2=lambda w, c: w < c)),
     "two_cta_first_past": ("2 CTAs before 8 at width 8193", lambda: _cluster_for(first_2=lambda w, c: w <= c + 1)),
+    "width_2_past": ("2x512x16 takes width 131073", lambda: _cluster_for(width_2=lambda w, c: w <= c + 1)),
+    "two_cta_waves_never": ("4x1024x8, not 2x512x16, for 65,537-131,072 logits past the resident 8-CTA clusters",
+                            lambda: _cluster_for(width_2=lambda w, c: False)),
     "two_cta_first_never": ("8 CTAs before 2 at every width", lambda: _cluster_for(first_2=lambda w, c: False)),
     "two_cta_resident_16": ("the 2-CTA rule asks 2x512x16's residency at every width",
                             lambda: _cluster_for(two_vectors=16)),

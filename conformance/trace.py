@@ -26,9 +26,16 @@ REASON_NAMES = {0: "none", 2: "underflow"}  # 1 (overflow) is retired: SPEC.md 2
 SAMPLES = policy.SAMPLES
 
 
+def q_min(k):
+    """SPEC.md 2.4's least sample rank, derived here from its rule rather than read from
+    policy.Q_MIN: the least q with q - 2 sqrt(q) >= 2048 k / 1,048,576, (1 + sqrt(1 + k /
+    512))^2 rounded up (5.83, 7.46 and 10.47 for the three k: no rounding is close)."""
+    return int(np.ceil((1 + np.sqrt(1 + k / 512)) ** 2))
+
+
 def q_for(length, k):
     """The sample rank of a sampled row (SPEC.md 2.4)."""
-    return min(SAMPLES, max(1, (SAMPLES * (k + policy.SURVIVOR_AIM) + length - 1) // length))
+    return min(SAMPLES, max(q_min(k), (SAMPLES * (k + policy.SURVIVOR_AIM) + length - 1) // length))
 
 
 def kth_and_above(keys, k):

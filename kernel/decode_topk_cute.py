@@ -20,15 +20,15 @@ the build or the run.
 How. One thread block cluster of C CTAs per row (C = 1: one CTA, no cluster), chosen from
 the rows and the width (SPEC.md 2.1) so that the batch runs in one wave where the GPU can
 hold it: 2 CTAs of 512 threads for rows up to 8,192 logits, 8 of 512 while every row's
-8-CTA cluster can be resident at once, else 2 (rows up to 131,072 logits) while every
-row's 2-CTA cluster can, else 1 (rows up to 65,536 logits) when the rows outnumber the
-resident 4-CTA clusters, else 4 of 1024. Each CTA copies one contiguous chunk of the row
-into shared memory, as 16-byte vectors (8 logits, or one block); the chunks split the
-row's valid length, not its width. A thread stages 8 or 16 vectors and keeps their tops
-(largest keys) in registers, so a CTA holds 32,768 or 65,536 logits. Wider rows take 8
-CTAs of 16 vectors a thread (524,288) or 16 CTAs (a non-portable cluster size, 1,048,576);
-rows of these builds run in waves when they outnumber the resident clusters, the 16-CTA
-build at most two (supports_decode_topk).
+8-CTA cluster can be resident at once; else, up to 65,536 logits, 2 while every row's
+2-CTA cluster can, else 1 when the rows outnumber the resident 4-CTA clusters; else 2 up
+to 131,072 logits (in waves past their resident count), else 4 of 1024. Each CTA copies
+one contiguous chunk of the row into shared memory, as 16-byte vectors (8 logits, or one
+block); the chunks split the row's valid length, not its width. A thread stages 8 or 16
+vectors and keeps their tops (largest keys) in registers, so a CTA holds 32,768 or 65,536
+logits. Wider rows take 8 CTAs of 16 vectors a thread (524,288) or 16 CTAs (a non-portable
+cluster size, 1,048,576); rows of these builds run in waves when they outnumber the
+resident clusters, the 16-CTA build at most two (supports_decode_topk).
 
 Every CTA selects over its own chunk, with no CTA funnelling the row (SPEC.md 2.5): it
 queues the vectors that can hold a key >= lo, histograms their keys' high bytes, and adds
@@ -43,7 +43,7 @@ Sampled (token rows longer than D = direct_max_length(C): 32,768 logits at 1 and
 65,536 at 4 and 8, 131,072 at 16)::
 
     every CTA reads the row's 2048 samples ──► the same cutoff in every CTA (the q-th
-    largest sample, q aiming at k + 2560 keys at or above it)
+    largest sample, q aiming at k + 2560 keys at or above it, and at least Q_MIN[k])
         └► the selection among the keys >= cutoff (two passes, two cluster barriers)
         └► fewer than k of them (underflow): the direct path
 
@@ -90,6 +90,7 @@ from .policy import (
     LOGITS_PER_VECTOR,
     MAX_WIDTH,
     PROFILE_STAMPS,
+    Q_MIN,
     SAMPLES,
     SURVIVOR_AIM,
     TRACE_FIELDS,
@@ -129,8 +130,8 @@ HIST_COPIES = 8  # the selection's histograms: lane l counts into copy l mod 8
 EXCHANGES = 3  # histogram exchanges a row can need: 2 (sampled or direct), 3 (underflow, then direct)
 # Words of the "misc" region (byte offsets): the trace's cluster-wide gt and eq counters
 # (CTA 0's), the result of select (bin, above, total), the queue's length, the prefixes,
-# the ranked write's total (unused).
-MISC_TRACE, MISC_SELECT, MISC_QUEUED, MISC_PREFIX, MISC_WRITTEN = 0, 16, 32, 40, 48
+# and the trash word the histograms' uncounted keys add into (read by nothing).
+MISC_TRACE, MISC_SELECT, MISC_QUEUED, MISC_PREFIX, MISC_TRASH = 0, 16, 32, 40, 48
 
 
 # ---------------------------------------------------------------------------------------
@@ -242,6 +243,12 @@ def shared_red(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=N
     _asm(None, [Int32(address), Int32(value), Int32(predicate)],
          "{\n.reg .pred p;\nsetp.ne.s32 p, $2, 0;\n@p red.shared.add.u32 [$0], $1;\n}",
          "r,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def shared_add(address: Int32, value: Int32, *, loc=None, ip=None):
+    """Atomic add to a shared word of this CTA, unpredicated (no return value)."""
+    _asm(None, [Int32(address), Int32(value)], "red.shared.add.u32 [$0], $1;", "r,r,~{memory}", loc, ip)
 
 
 @dsl_user_op
@@ -461,6 +468,7 @@ class DecodeTopK:
         self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
         self.samples_per_cta = SAMPLES // cluster
         self.direct_max = direct_max_length(cluster)  # longer token rows take the sampled path (2.3)
+        self.q_min = Q_MIN[k]  # the least sample rank (2.4)
         # Vectors a thread loads before it stores any (4 registers each), as many as fit
         # beside the tops it keeps: 1024 threads have 64 registers a thread (4 spilled there),
         # 16 tops crowd 512 threads' 128 (8 spilled there).
@@ -582,7 +590,7 @@ class DecodeTopK:
             direct = Int32(1)
             if sampled == 1:
                 aim = SAMPLES * (k + SURVIVOR_AIM)
-                q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(1), (aim + length - 1) // length))
+                q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(self.q_min), (aim + length - 1) // length))
                 cutoff, unused = self.radix_select(sm, tid, sm["samples"], 2, Int32(SAMPLES), q)
                 self.record(trace_row, rank, tid, "q", q)
                 self.record(trace_row, rank, tid, "cutoff", cutoff)
@@ -751,9 +759,11 @@ class DecodeTopK:
 
     # -- the selection (both paths) ----------------------------------------------------
     @cute.jit
-    def scan_grid(self, sm, tid, lane, total_at):
+    def scan_grid(self, sm, tid, lane, total_at, store_total: cutlass.Constexpr):
         """Warp 0: the exclusive prefix sums, in place, of the V x T/32 (slot, warp) counts
-        in "grid" (4 or 8 a lane), and their total into shared word total_at; then a barrier."""
+        in "grid" (4 or 8 a lane), and (store_total) their total into shared word total_at;
+        then a barrier. (The ranked write needs no total, and its grid words past the last
+        round are not its counts.)"""
         per_lane = self.vectors * (self.threads // 32) // 32
         if tid < 32:
             counts = [shared_load_u32(sm["grid"] + (lane * per_lane + j) * 4) for j in range(per_lane)]
@@ -765,8 +775,9 @@ class DecodeTopK:
             for j in cutlass.range_constexpr(per_lane):
                 shared_store_u32(sm["grid"] + (lane * per_lane + j) * 4, acc)
                 acc = acc + counts[j]
-            if lane == 31:
-                shared_store_u32(total_at, inclusive)
+            if const_expr(store_total):
+                if lane == 31:
+                    shared_store_u32(total_at, inclusive)
         cute.arch.sync_threads()
 
     @cute.jit
@@ -783,7 +794,7 @@ class DecodeTopK:
             if lane == 0:
                 shared_store_u32(sm["grid"] + (s * warps + warp) * 4, popc(hits))
         cute.arch.sync_threads()
-        self.scan_grid(sm, tid, lane, sm["misc"] + MISC_QUEUED)
+        self.scan_grid(sm, tid, lane, sm["misc"] + MISC_QUEUED, True)
         below = (Int32(1) << lane) - 1  # the lanes below this one
         for s in cutlass.range_constexpr(self.vectors):
             hit = _pick(tops[s] >= cutoff, 1, 0)
@@ -814,32 +825,41 @@ class DecodeTopK:
         r T + t to thread t. Keys below lo are not counted; the first pass counts high
         bytes, the second the low bytes of the keys whose high byte is high. everything: the
         direct path's queue, every vector of the chunk (entry e is vector e; no queue)."""
-        warp_copy = (tid >> 5) & (HIST_COPIES - 1)
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
-            present = _pick(entry < queued, 1, 0)
             i = self.queue_entry(sm, entry, queued, everything)
-            bins = []
-            oks = []
-            for key, ok, unused in self.elements(self.vector_words(sm, i), start + i, length, nv):
-                ok = ok & present & _pick(key >= lo, 1, 0)
-                if const_expr(second):
-                    bins.append(key & 255)
-                    oks.append(ok & _pick((key >> 8) == high, 1, 0))
-                else:
-                    bins.append(key >> 8)
-                    oks.append(ok)
-            self.hist_add_vector(sm["copies"], bins, oks, lane, warp_copy)
+            self.count_vector(sm, tid, lane, self.vector_words(sm, i), start + i, _pick(entry < queued, 1, 0), lo,
+                              high, length, nv, second, everything)
+
+    def count_vector(self, sm, tid, lane, words, g, present, lo, high, length, nv, second, everything):
+        """Count one vector a lane (global vector g, its words; present 0: nothing) into the
+        8-copy histogram, as count_queued's passes do; every lane of the warp calls it."""
+        bins = []
+        oks = []
+        for key, ok, unused in self.elements(words, g, length, nv):
+            ok = ok & present
+            if const_expr(not everything):  # the direct path's lo is 0, below no key
+                ok = ok & _pick(key >= lo, 1, 0)
+            if const_expr(second):
+                bins.append(key & 255)
+                oks.append(ok & _pick((key >> 8) == high, 1, 0))
+            else:
+                bins.append(key >> 8)
+                oks.append(ok)
+        self.hist_add_vector(sm["copies"], bins, oks, lane, (tid >> 5) & (HIST_COPIES - 1), sm["misc"] + MISC_TRASH)
 
     @cute.jit
-    def hist_add_vector(self, hist, bins, oks, lane, warp_copy):
+    def hist_add_vector(self, hist, bins, oks, lane, warp_copy, trash):
         """Count the valid bins of one vector a lane into the 8-copy histogram. Why a test
         a vector, not a key: the pass is bound by instructions issued (a test a key made
         it 5-15% slower, bench/NOTES.md session 6), and real indexer rows put a whole
         warp's 256 keys in one high-byte bin, so one warp-wide test (redux.sync) of all of
         them lets lane 0 make the warp's only add, into the warp's own copy (warp mod 8);
         any other warp adds each valid key into copy lane mod 8 (bin-major, a bin's copies
-        in 8 banks), with no test a key."""
+        in 8 banks), with no test a key. Why the trash word: a key that is not counted adds
+        its 1 there instead of skipping its add, so the 8 adds carry no predicate; ptxas
+        turns each predicated add into a branch and a reconvergence, and the unpredicated
+        adds of 1 measured 1.7-8.4% faster to the end of the row (bench/NOTES.md session 8)."""
         mine = Int32(-1)  # this lane's bin, if all its valid keys share one (-1: none valid)
         count = Int32(0)
         for e in cutlass.range_constexpr(len(bins)):
@@ -855,7 +875,8 @@ class DecodeTopK:
             shared_red(hist + (common * HIST_COPIES + warp_copy) * 4, total, _pick((lane == 0) & (total > 0), 1, 0))
         else:
             for e in cutlass.range_constexpr(len(bins)):
-                shared_red(hist + (bins[e] * HIST_COPIES + (lane & (HIST_COPIES - 1))) * 4, Int32(1), oks[e])
+                counted = hist + (bins[e] * HIST_COPIES + (lane & (HIST_COPIES - 1))) * 4
+                shared_add(_pick(oks[e] != 0, counted, trash), Int32(1))
 
     def queue_entry(self, sm, entry, queued, everything):
         """The local vector of queue entry `entry` (clamped to the last one, so that the
@@ -931,8 +952,9 @@ class DecodeTopK:
         mode, bit 16: the block is -inf) with its warp prefix overwrite the first 8 bytes of
         its own vector in the stage, which nothing reads after the write. One scan of the
         grid in (round, warp) order, which is index order, gives each (round, warp) its
-        base; a second sweep places the flagged keys. Why one scan: a CTA scan a round
-        costs two barriers a round. Every slot of [0, k) is written once, by its owner."""
+        base; a second sweep places the flagged keys. Why one scan: it is simpler than a CTA
+        scan a round and measured as fast (3% faster to 1.8% slower, bench/NOTES.md session
+        7). Every slot of [0, k) is written once, by its owner."""
         need = self.k - above
         warps = self.threads // 32
         warp = tid >> 5
@@ -948,8 +970,8 @@ class DecodeTopK:
                     is_gt = ok & _pick(key > kth, 1, 0)
                     is_eq = ok & _pick(key == kth, 1, 0)
                     flags = flags | (is_gt << e) | (is_eq << (8 + e))
-                    if const_expr(self.block_mode):
-                        flags = flags | (_pick(key == KEY_NEG_INF, 1, 0) << 16)
+                    if const_expr(self.block_mode):  # the -inf bit only for a block it places
+                        flags = flags | ((is_gt | is_eq) & _pick(key == KEY_NEG_INF, 1, 0)) << 16
                     counts = counts + is_gt + (is_eq << 12)
             inclusive = warp_inclusive_sum(counts, lane)
             if lane == 31:
@@ -957,7 +979,7 @@ class DecodeTopK:
             if entry < queued:
                 shared_store_u32x2(sm["stage"] + i * 16, flags, inclusive - counts)
         cute.arch.sync_threads()
-        self.scan_grid(sm, tid, lane, sm["misc"] + MISC_WRITTEN)
+        self.scan_grid(sm, tid, lane, Int32(0), False)
         per_vector = 1 if self.block_mode else 8
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid

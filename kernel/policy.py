@@ -24,8 +24,13 @@ import typing
 LOGITS_PER_VECTOR = 8  # one 16-byte vector of BF16 logits, or one block
 SAMPLES = 2048  # sampled path: samples a row
 # Sampled path: q aims at k + SURVIVOR_AIM keys at or above the cutoff (SPEC.md 2.4,
-# bench/fallback_rates.py).
+# bench/fallback_rates.py), and is at least Q_MIN[k]: the keys at or above the q-th largest
+# of 2048 samples of n logits number about Gamma(q) n / 2048 (mean q, deviation sqrt(q) in
+# those units), so q - 2 sqrt(q) >= 2048 k / 1,048,576 keeps k of them two deviations
+# below the mean at the widest row: q >= (1 + sqrt(1 + k / 512))^2. (Four deviations,
+# Q_MIN = {18, 20, 24}, cost 10-14% of a 1M row's time on the H200: bench/NOTES.md session 8.)
 SURVIVOR_AIM = 2560
+Q_MIN = {512: 6, 1024: 8, 2048: 11}
 KS = (512, 1024, 2048)
 MAX_WIDTH = 1048576
 WAVES_16 = 2  # the 16-CTA build takes at most two waves
@@ -167,20 +172,26 @@ def direct_max_length(cluster):
 
 def cluster_for(rows, width, resident):
     """CTAs a row: up to 262,144 logits, 2 up to 8,192 logits while every row's 2-CTA
-    cluster is resident at once, else 8 while every row's 8-CTA cluster is, else 2 while
-    every row's 2-CTA cluster is (up to 131,072 logits), else 1 when a single CTA holds the
-    row (up to 65,536 logits) and the rows outnumber the resident 4-CTA clusters, else 4;
-    8 up to 524,288 and 16 up to 1,048,576 logits, whatever the rows."""
+    cluster is resident at once, else 8 while every row's 8-CTA cluster is; else, up to
+    65,536 logits, 2 while every row's 2-CTA cluster is resident, else 1 when the rows
+    outnumber the resident 4-CTA clusters, else 4; else 2 up to 131,072 logits (in waves
+    past the resident 2-CTA clusters), else 4; 8 up to 524,288 and 16 up to 1,048,576
+    logits, whatever the rows."""
     check_width(width)
     if width <= Build.of(8, 8).capacity:
-        two = width <= Build.of(2, 16).capacity and rows <= resident(Build.of(2, vectors_for(width, 2)))
-        if two and width <= TWO_CTA_FIRST_WIDTH:
+        def two():  # asked only where its answer decides (under the JIT a query compiles the build)
+            return rows <= resident(Build.of(2, 8))
+        if width <= TWO_CTA_FIRST_WIDTH and two():
             return 2
         if rows <= resident(Build.of(8, 8)):
             return 8
-        if two:
-            return 2
-        return 1 if width <= Build.of(1, 16).capacity and rows > resident(Build.of(4, 8)) else 4
+        if width <= Build.of(1, 16).capacity:
+            if two():
+                return 2
+            return 1 if rows > resident(Build.of(4, 8)) else 4
+        # Up to 131,072 logits 2-CTA clusters, in waves past their resident count: a wave
+        # of them holds twice the rows of a wave of 4-CTA clusters (SPEC.md 2.1).
+        return 2 if width <= Build.of(2, 16).capacity else 4
     if width <= Build.of(8, 16).capacity:
         return 8
     return 16

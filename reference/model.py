@@ -47,6 +47,7 @@ _mutant = MUTANTS.add
 
 
 Q_FLOOR = _mutant("q_floor", "q = floor(2048 (k + 2560) / length): rounded down instead of up")
+Q_MIN_ONE = _mutant("q_min_one", "q clamped to [1, 2048] (no least rank Q_MIN[k]): the widest rows underflow")
 # (q_clamp_cta, q clamped to [1, 2048 / C], is retired: since SPEC 2.3's d of session 7 a
 # sampled row is longer than D, so q <= ceil(2048 (2048 + 2560) / (D + 1)): 288 at C <= 2,
 # 144 at 4 and 8, 72 at 16, always below 2048 / C, and that clamp changes nothing.)
@@ -433,7 +434,7 @@ def _select(ekey, ecnt, W, top, nv, k, block, C, T, V, lo, slot, mutant, out, tr
 # One row
 # ---------------------------------------------------------------------------------------
 @njit(cache=True)
-def _row(bits, length, k, block, C, T, V, DM, slot, mutant, out, tr,
+def _row(bits, length, k, block, C, T, V, DM, QM, slot, mutant, out, tr,
          ekey, ecnt, top, queue, qlens, local, total, prefix1, prefix2, copies, cg, ce, samples):
     width = bits.shape[0]
     nv = (length + 7) // 8
@@ -519,7 +520,8 @@ def _row(bits, length, k, block, C, T, V, DM, slot, mutant, out, tr,
             q = (SAMPLES * (k + SURVIVOR_AIM)) // length
         else:
             q = (SAMPLES * (k + SURVIVOR_AIM) + length - 1) // length
-        q = min(SAMPLES, max(1, q))
+        # QM: policy.Q_MIN[k], the least sample rank (2.4)
+        q = min(SAMPLES, max(1 if mutant == Q_MIN_ONE else QM, q))
         cutoff, _ = _radix_select(samples, SAMPLES, q, mutant)
         if mutant == CUTOFF_PLUS:
             cutoff += 1
@@ -544,7 +546,7 @@ def _row(bits, length, k, block, C, T, V, DM, slot, mutant, out, tr,
 
 
 @njit(cache=True)
-def _simulate_rows(logits, lengths, k, block, C, T, V, DM, mutant, out, trace, wild):
+def _simulate_rows(logits, lengths, k, block, C, T, V, DM, QM, mutant, out, trace, wild):
     rows, width = logits.shape
     nvmax = (width + 7) // 8 + 1
     ekey = np.full(nvmax * 8, -1, np.int64)
@@ -561,7 +563,7 @@ def _simulate_rows(logits, lengths, k, block, C, T, V, DM, mutant, out, trace, w
     ce = np.zeros(T, np.int64)
     samples = np.zeros(SAMPLES, np.int64)
     for r in range(rows):
-        wild[r] = _row(logits[r], lengths[r], k, block, C, T, V, DM, r, mutant, out[r], trace[r],
+        wild[r] = _row(logits[r], lengths[r], k, block, C, T, V, DM, QM, r, mutant, out[r], trace[r],
                        ekey, ecnt, top, queue, qlens, local, total, prefix1, prefix2, copies, cg, ce, samples)
 
 
@@ -604,7 +606,7 @@ def simulate(logits_bits, lengths, k, block_mode=False, *, build=None, resident=
         return out, trace
     wild = np.zeros(rows, dtype=np.int64)
     _simulate_rows(np.ascontiguousarray(logits_bits), lengths, k, bool(block_mode),
-                   C, T, V, policy.direct_max_length(C), int(mutant), out, trace, wild)
+                   C, T, V, policy.direct_max_length(C), policy.Q_MIN[k], int(mutant), out, trace, wild)
     bad = np.flatnonzero(wild)
     if bad.size:
         r = int(bad[0])

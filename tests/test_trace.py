@@ -8,6 +8,7 @@ from decode_topk.conformance import algorithm_cases as A
 from decode_topk.conformance.cases import cases
 from decode_topk.conformance.trace import FIELDS, compare_traces, coverage, expected_trace, trace_invariants
 from decode_topk.reference.model import simulate
+from decode_topk.kernel import policy
 from decode_topk.kernel.policy import BUILDS, Build
 
 
@@ -78,3 +79,10 @@ def test_algorithm_cases_take_their_intended_paths(build):
             assert A.intent_problems(case.intent, build, k, False, want) == [], (case.name, k)
             _, trace = simulate(logits, lengths, k, False, build=build)
             assert compare_traces(want, trace) == [], (case.name, k)
+
+
+def test_the_least_sample_rank_is_spec_2_4s():
+    # policy.Q_MIN (the kernel's and the model's) against the trace oracle's own derivation
+    # of SPEC 2.4's rule; a planted Q_MIN is caught here and by the traces (q_min_one)
+    from decode_topk.conformance.trace import q_min
+    assert policy.Q_MIN == {k: q_min(k) for k in policy.KS} == {512: 6, 1024: 8, 2048: 11}
