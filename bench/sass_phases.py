@@ -29,34 +29,33 @@ import tempfile
 from pathlib import Path
 
 OPCODES = ("ATOMS", "BSSY", "BAR", "SHFL", "REDUX", "LDS", "STS", "STG", "P2R", "R2P")
+NVD_ROOT = Path("/tmp/nvd")  # where this docstring's first command unpacks the pip package
 _INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]\s+)?([A-Z][A-Z0-9_.]*)")
 
 
 def stretches(sass: str):
     """[(instructions, {opcode: count})] of the stretches between clock reads of a SASS
     listing (nvdisasm -c): the first stretch ends at the first clock read."""
-    out = [(0, {})]
+    out = [[0, {}]]
     for line in sass.splitlines():
         match = _INSTRUCTION.search(line)
         if not match:
             continue
-        count, ops = out[-1]
-        name = match.group(1)
-        base = name.split(".")[0]
-        ops = dict(ops)
+        stretch = out[-1]
+        stretch[0] += 1
+        base = match.group(1).split(".")[0]
         if base in OPCODES:
-            ops[base] = ops.get(base, 0) + 1
-        out[-1] = (count + 1, ops)
+            stretch[1][base] = stretch[1].get(base, 0) + 1
         if "SR_CLOCKLO" in line:
-            out.append((0, {}))
-    return out
+            out.append([0, {}])
+    return [tuple(stretch) for stretch in out]
 
 
 def find_nvdisasm(given=None):
     """nvdisasm: --nvdisasm, $NVDISASM, PATH, or the pip package nvidia-cuda-nvdisasm
     unpacked under /tmp/nvd (this docstring's first command, then `python -m zipfile -e`)."""
     for candidate in (given, os.environ.get("NVDISASM"), shutil.which("nvdisasm"),
-                      *map(str, Path("/tmp/nvd").glob("**/bin/nvdisasm"))):
+                      *map(str, NVD_ROOT.glob("**/bin/nvdisasm"))):
         if candidate and Path(candidate).is_file():
             return candidate
     raise SystemExit("sass_phases.py: no nvdisasm (pip download --no-deps nvidia-cuda-nvdisasm -d /tmp/nvd, "

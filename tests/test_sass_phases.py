@@ -32,7 +32,7 @@ def test_stretches_cut_at_every_clock_read_and_count_opcodes():
 def test_a_missing_nvdisasm_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("NVDISASM", str(tmp_path / "none"))
     monkeypatch.setattr(sass_phases.shutil, "which", lambda name: None)
-    monkeypatch.setattr(sass_phases, "Path", lambda p: tmp_path / "absent" if p == "/tmp/nvd" else Path(p))
+    monkeypatch.setattr(sass_phases, "NVD_ROOT", tmp_path / "absent")
     try:
         sass_phases.find_nvdisasm(str(tmp_path / "also-none"))
     except SystemExit as exc:
