@@ -94,7 +94,9 @@ def main(argv=None):
     if args.save:
         Path(args.save).write_text(sass)
     rows = stretches(sass)
-    print(f"k {args.k} build {args.cluster}x{'1024' if args.cluster == 4 else '512'}x{args.vectors} "
+    from decode_topk.kernel.policy import Build  # DSL-free
+
+    print(f"k {args.k} build {Build.of(args.cluster, args.vectors).name} "
           f"{'block' if args.block else 'token'} {args.arch}: {sum(n for n, _ in rows)} instructions, "
           f"{len(rows) - 1} clock reads")
     print("| stretch | instructions | " + " | ".join(OPCODES) + " |")
