@@ -7,12 +7,17 @@
 #          bash conformance/h200_gate.sh wheel
 #          installs the wheel into an empty folder (no DSL) and runs, judged strict: the full
 #          conformance on every build and on the policy's, the GPU tests and the soak
-#          (>= 10^6 rows) (~7 min at eight builds).
+#          (>= 10^6 rows: its budget lets the plan's first six batches run at ten builds)
+#          (~7 min at ten builds).
 #   sanitizers: the same wheel, the three compute-sanitizer tools on every build (racecheck
 #          alone is ~3 s a launch, ~100 launches at eight builds: its own run, ~6 min).
 #   dsl:   run 1 (carry [".dsl/a"]): bash .dsl/a/stage.sh; within 30 s, run 2 (carry
 #          [".dsl/b"]): bash conformance/h200_gate.sh dsl
 #          the JIT's full conformance on every build, the invariance and PDL tests (~4 min).
+#          The sanitizers may run beside it in the same device run (carry [".dsl/b", "dist"]):
+#          bash conformance/h200_gate.sh sanitizers > $OUT/sanitizers_gate.txt 2>&1 &
+#          GATE_AFTER=$! bash conformance/h200_gate.sh dsl; wait
+#          (neither times anything; the wheel mode's soak has a time budget, so it runs alone).
 #
 # Every log goes to $OUT/ev (it comes back); a table of the verdicts is printed last.
 # Exit 1 if any step failed.
@@ -30,10 +35,11 @@ step() {  # step NAME SECONDS COMMAND...: run it with a time limit, log it, keep
     [ $rc -ne 0 ] && status=1
     rows+=("| $name | $rc | $(( $(date +%s) - start )) s | $(grep -v '^\s*$' "$ev/$name.txt" | tail -1 | cut -c1-150) |")
 }
-use_wheel() {  # the wheel of dist/ alone on PYTHONPATH, installed afresh (a warm runner keeps /tmp)
-    rm -rf /tmp/site
-    python3 -m pip install -q --no-deps --no-index --target /tmp/site dist/*.whl
-    export PYTHONPATH=/tmp/site
+use_wheel() {  # the wheel of dist/ alone on PYTHONPATH, installed afresh (a warm runner keeps /tmp),
+    # in a folder of this mode's own, so that two modes may run at once (sanitizers beside dsl)
+    rm -rf "/tmp/site-$mode"
+    python3 -m pip install -q --no-deps --no-index --target "/tmp/site-$mode" dist/*.whl
+    export PYTHONPATH="/tmp/site-$mode"
     python3 -c "from decode_topk.kernel import aot_loader as a; print('kernel source', a.kernel_source_sha256()[:12])" \
         | tee "$ev/kernel_source.txt"
 }
@@ -43,7 +49,7 @@ wheel)
     step gpu_conformance_full_aot_wheel 180 python3 -m decode_topk.conformance --impl aot --level full --build all
     step gpu_conformance_full_aot_wheel_policy_builds 60 python3 -m decode_topk.conformance --impl aot --level full
     step pytest_gpu_aot_wheel 180 python3 -m pytest -q -m gpu tests -p no:cacheprovider
-    step soak 170 python3 -m decode_topk.conformance.soak --budget 125 --out "$ev"
+    step soak 220 python3 -m decode_topk.conformance.soak --budget 170 --out "$ev"
     ;;
 sanitizers)
     use_wheel
@@ -52,7 +58,10 @@ sanitizers)
 dsl)
     source .dsl/b/install.sh > /dev/null 2>&1
     export PYTHONPATH="$(bash .ci/pythonpath):${PYTHONPATH:-}" DECODE_TOPK_AOT_DIR=/nonexistent
-    step gpu_conformance_full_jit 260 python3 -m decode_topk.conformance --impl jit --level full --build all
+    step gpu_conformance_full_jit 300 python3 -m decode_topk.conformance --impl jit --level full --build all
+    # The PDL test times its producer by the clock: it waits for the processes named in
+    # $GATE_AFTER (the sanitizers run beside this mode) so that it has the GPU to itself.
+    for pid in ${GATE_AFTER:-}; do while kill -0 "$pid" 2>/dev/null; do sleep 2; done; done
     step pytest_gpu_dsl_pdl_invariance 200 python3 -m pytest -q -m gpu tests/test_pdl_gpu.py tests/test_invariance.py \
         -p no:cacheprovider
     ;;
