@@ -189,7 +189,7 @@ def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
         seq = torch.full((requests,), length, dtype=torch.int32, device="cuda")
     lengths = gpu_check.seq_lens_lengths(seq, next_n, width)
     resident = aot.resident_for(k, block_mode)
-    build = policy.build_for(rows, width, resident)
+    build = policy.build_for(rows, width, resident, block_mode)
     slices = aot.launch_slices(rows, width, k, block_mode, next_n)
     rec.update(build=build.name, launches=len(slices))
     out = torch.full((rows, k), POISON, dtype=torch.int32, device="cuda")
@@ -242,13 +242,15 @@ def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
 
 def time_builds(ctx, logits, lengths, seq, k, block_mode, next_n, chosen, stats):
     """`run --builds`: {build name: us (L2 evicted), or 'invalid: ...'} of every other
-    build but 16x512x16 that holds the width, forced (the measurements behind SPEC 2.1's
-    thresholds); each output is checked exactly first, the output poisoned before."""
+    build but 16x512x16 that holds the width in this mode (1x512x4: token rows of any
+    width), forced (the measurements behind SPEC 2.1's thresholds); each output is checked
+    exactly first, the output poisoned before."""
     torch, aot, gpu_check, policy, timer = ctx["torch"], ctx["aot"], ctx["check"], ctx["policy"], ctx["timer"]
     rows, width = logits.shape
     times = {}
     for build in policy.BUILDS:
-        if build == chosen or build.capacity < width or build.cluster == 16:  # 16: not a short-row choice
+        # 16: not a short-row choice
+        if build == chosen or build.capacity_in(block_mode) < width or build.cluster == 16:
             continue
         out = torch.full((rows, k), POISON, dtype=torch.int32, device=logits.device)
 

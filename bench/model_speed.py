@@ -2,7 +2,8 @@
 
 Prints the time `simulate` takes on 64 rows x 262,144 BF16 logits, token mode, k = 512
 (after a warm-up call that JIT-compiles or loads the numba cache), on the policy's build
-(every row resident: 8x512x8) and on each build forced. Indexer-like rows: the
+(every row resident: 8x512x8 below STREAM_ROWS token rows, the streamed 1x512x4 from them
+on) and on each build that holds the width forced. Indexer-like rows: the
 catalogue's generator (conformance.cases.indexer_logits, rho 0.9: ~150 distinct values a
 row), or with --data quantized a normal distribution in steps of 1/16 (faster to make).
 
@@ -53,7 +54,7 @@ def main(argv=None):
     _, trace = simulate(logits, lengths, args.k, args.block)
     took = time.perf_counter() - t0
     paths = np.bincount(trace[:, 0], minlength=3)
-    build = resolve_build(args.rows, args.width).name
+    build = resolve_build(args.rows, args.width, block_mode=args.block).name
     distinct = len(np.unique(logits[0]))
     print(f"data: {args.data}, {distinct} distinct values in row 0, made in {made:.1f} s; "
           f"warm-up (JIT or cache load): {warm:.2f} s")
@@ -62,7 +63,7 @@ def main(argv=None):
           f"({took / args.rows * 1e3:.1f} ms a row; paths short/sampled/direct = {paths.tolist()}, "
           f"fallbacks = {int(np.count_nonzero(trace[:, 1]))})")
     for build in BUILDS:
-        if args.width > c * t * v * 8:
+        if args.width > build.capacity_in(args.block):
             continue
         t0 = time.perf_counter()
         _, trace = simulate(logits, lengths, args.k, args.block, build=build)

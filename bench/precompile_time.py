@@ -27,7 +27,7 @@ def main(argv=None):
     for k in dtk.KS:
         for block_mode in (False, True):
             for build in dtk.BUILDS:
-                width = min(args.max_width, build.capacity)
+                width = min(args.max_width, build.capacity_in(block_mode))
                 for rows in (1, 64 if width <= dtk.Build.of(8, 16).capacity else 14):
                     logits = torch.zeros((rows, width), dtype=torch.bfloat16, device="cuda")
                     lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")

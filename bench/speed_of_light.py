@@ -20,7 +20,7 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32, Int64
+from cutlass import Int32, Int64, const_expr
 
 from decode_topk.kernel import decode_topk_cute as dtk
 
@@ -37,6 +37,7 @@ class SpeedOfLight:
         self.threads = shape.threads
         self.load_batch = shape.load_batch
         self.smem_bytes = shape.smem_bytes  # the same occupancy as DecodeTopK's build
+        self.streams = shape.streams  # 1x512x4: the whole row, in rounds of its stage (SPEC.md 2.12)
 
     @cute.jit
     def __call__(self, logits: cute.Tensor, lengths: cute.Tensor, out: cute.Tensor, trace: cute.Tensor,
@@ -59,6 +60,16 @@ class SpeedOfLight:
         start = (rank * nv) // C
         count = ((rank + 1) * nv) // C - start
         row_logits = logits.iterator.toint() + Int64(row) * Int64(logits.layout.stride[0]) * 2
+        if const_expr(self.streams):  # every vector, a stage's worth a round, as the stream reads it
+            for first in cutlass.range(0, nv, nt * V):
+                loaded = []
+                for s in cutlass.range_constexpr(V):
+                    g = first + s * nt + tid
+                    valid = cutlass.min(cutlass.max(length - g * 8, Int32(0)), Int32(8))
+                    loaded.append((s * nt + tid, dtk.load_u32x4(row_logits + Int64(g) * 16, valid)))
+                for i, words in loaded:
+                    dtk.shared_store_u32x4(stage + i * 16, words)
+            count = Int32(0)  # nothing more to stage
         for batch in cutlass.range_constexpr(0, V, self.load_batch):
             staged = []
             for s in cutlass.range_constexpr(batch, batch + self.load_batch):

@@ -1,6 +1,9 @@
 """Case generators that steer SPEC.md part 2's algorithm: the underflow fallback and its
 boundary, crowded survivors, ties at the cutoff, the path thresholds, the masked last
-vector and the pinned block.
+vector and the pinned block; on the streamed builds (1x512x4 and 2x512x4, SPEC.md 2.12)
+each CTA's queue of vectors at its capacity and one past it, its overflow (in one CTA, in
+every CTA, over the row but in no CTA), the vectors of top == cutoff it truncates at k, and
+the underflow.
 
 The catalogue (`cases.py`) lists them, each with its *intent* (`controlled_intent`,
 `hit_intent`, `threshold_intent` below): for the rows whose path the generator controls,
@@ -12,6 +15,12 @@ A *controlled* token row fixes the sampled cutoff at the value 1.0 in every buil
 above 1.0 away from all sample positions, so no sample exceeds 1.0 and at least q equal
 it. Then G (keys above the cutoff) is the number of values placed above 1.0 and E (keys
 equal to it) the number of 1.0s: G + E, and so the fallback, are chosen by the generator.
+
+A *vector-controlled* row (`controlled_vector_row`) steers the cutoff the same way on the
+streamed builds' sample positions (1 and 2 CTAs) and places each value above 1.0 and each
+1.0 in a vector of its own, half by half (the halves are 2x512x4's chunks), so that each
+CTA's vectors of top above and equal to the cutoff (GV_c, EV_c: SPEC.md 2.12), and so its
+queue Q_c = GV_c + min(EV_c, k), are the generator's at 1 and at 2 CTAs.
 """
 
 import numpy as np
@@ -21,14 +30,17 @@ from decode_topk.reference.bits import NEG_INF_BITS, POS_INF_BITS, bf16_bits_fro
 from .trace import q_for, sample_positions
 from .coverage import top_slot_length, top_slot_vectors
 
+from decode_topk.kernel.policy import BUILDS, STREAM_QUEUE, Build, direct_max_length  # noqa: E402
+
 CUTOFF_BITS = 0x3F80  # 1.0
-from decode_topk.kernel.policy import BUILDS, direct_max_length  # noqa: E402
+POS_NAN = 0x7FC0
+
 
 def clusters_for(width):
-    """The cluster sizes of the builds that hold rows of `width` logits: the sample
-    positions a row must steer (they depend on C)."""
+    """The cluster sizes of the builds that hold token rows of `width` logits: the sample
+    positions a row must steer (they depend on C; 1 and 2 at every width, the streamed
+    builds')."""
     return tuple(sorted({build.cluster for build in BUILDS if build.capacity >= width}))
-POS_NAN = 0x7FC0
 
 
 def _background(rng, size):
@@ -42,8 +54,8 @@ def _garbage(rng, size):
 
 
 def controlled_row(rng, width, length, n_gt, n_eq, k_max=2048):
-    """A token row whose sampled cutoff is 1.0 on every build, with n_gt values above it
-    (none at a sample position) and n_eq values equal to it."""
+    """A token row whose sampled cutoff is 1.0 on every build that holds the width, with
+    n_gt values above it (none at a sample position) and n_eq values equal to it."""
     row = _background(rng, width)
     row[length:] = _garbage(rng, width - length)
     q = q_for(length, k_max)
@@ -73,6 +85,77 @@ def make_controlled(rng, width, specs):
     """Rows of controlled_row, one a (length, n_gt, n_eq) spec."""
     logits = np.stack([controlled_row(rng, width, length, g, e) for length, g, e in specs])
     return logits, np.array([s[0] for s in specs])
+
+
+STREAM_CLUSTERS = (1, 2)  # the streamed builds' CTAs a row: the sample positions vector rows steer
+
+
+def controlled_vector_row(rng, width, length, halves, k_max=2048):
+    """A token row whose sampled cutoff is 1.0 on the streamed builds (1 and 2 CTAs a
+    row), with halves = ((gv_0, ev_0), (gv_1, ev_1)): half h (2x512x4's chunk h, vectors
+    [h nv // 2, (h + 1) nv // 2)) holds exactly gv_h vectors whose top is above 1.0 (one
+    value above it each, at no sample position) and ev_h whose top is 1.0 (one 1.0 each,
+    the q + 2 sample positions of each cluster size that steer the cutoff among them);
+    every other logit lies below 1.0. So G = gv_0 + gv_1 and E = ev_0 + ev_1."""
+    row = _background(rng, width)
+    row[length:] = _garbage(rng, width - length)
+    nv = -(-length // 8)
+    q = q_for(length, k_max)
+    sets = [sample_positions(length, c) for c in STREAM_CLUSTERS]
+    sampled = np.zeros(8 * nv, bool)
+    sampled[np.concatenate(sets)] = True
+    picks = set()
+    vectors = set()  # the vectors holding a pick: one pick each
+    for s in sets:
+        have = len(picks.intersection(s.tolist()))
+        for p in rng.permutation(s).tolist():
+            if have >= q + 2:
+                break
+            if p not in picks and p // 8 not in vectors:
+                picks.add(p)
+                vectors.add(p // 8)
+                have += 1
+        if have < q + 2:
+            raise ValueError(f"length {length}: too few vectors for {q + 2} picks")
+    row[np.fromiter(picks, np.int64, len(picks))] = CUTOFF_BITS
+    # Each free vector's lanes that are valid and hold no sample: where a value is placed.
+    lanes = ~sampled.reshape(nv, 8)
+    lanes[nv - 1, length - 8 * (nv - 1):] = False
+    free = lanes.any(axis=1)
+    free[np.fromiter(vectors, np.int64, len(vectors))] = False
+    picked = np.zeros(nv, bool)
+    picked[np.fromiter(vectors, np.int64, len(vectors))] = True
+    for h, (gv, ev) in enumerate(halves):
+        lo, hi = h * nv // 2, (h + 1) * nv // 2
+        extra = ev - int(picked[lo:hi].sum())
+        if extra < 0:
+            raise ValueError(f"half {h}: ev = {ev} is below its {ev - extra} vectors of steering samples")
+        candidates = lo + np.flatnonzero(free[lo:hi])
+        if candidates.size < gv + extra:
+            raise ValueError(f"half {h}: {candidates.size} free vectors for {gv + extra} values")
+        chosen = rng.choice(candidates, size=gv + extra, replace=False)
+        score = np.where(lanes[chosen], rng.random((chosen.size, 8)), -1.0)  # a random free lane each
+        where = 8 * chosen + score.argmax(axis=1)
+        row[where[:gv]] = rng.integers(CUTOFF_BITS + 1, 0x4380, size=gv, dtype=np.uint16)  # (1, 256)
+        row[where[gv:]] = CUTOFF_BITS
+    return row
+
+
+def make_vector_controlled(rng, width, specs):
+    """Rows of controlled_vector_row, one a (length, (gv_0, ev_0), (gv_1, ev_1)) spec."""
+    logits = np.stack([controlled_vector_row(rng, width, length, halves) for length, *halves in specs])
+    return logits, np.array([s[0] for s in specs])
+
+
+def make_one_value_rows(rng, width, lengths):
+    """Row r one value (1.0, +0, -0, +inf, -inf, +NaN, -NaN, the smallest subnormal, in
+    turn) up to lengths[r], garbage past it: every vector's top is the cutoff, so a streamed
+    CTA's queue takes its first k vectors and leaves out the rest (EV_c far above k)."""
+    values = np.array([0x3F80, 0x0000, 0x8000, POS_INF_BITS, NEG_INF_BITS, 0x7FC0, 0xFFC0, 0x0001], np.uint16)
+    logits = np.repeat(values[np.arange(len(lengths)) % values.size][:, None], width, axis=1)
+    for r, length in enumerate(lengths):
+        logits[r, length:] = _garbage(rng, width - length)
+    return logits, np.array(lengths)
 
 
 def make_samples_hit_top(rng, width, lengths, top=400):
@@ -215,7 +298,7 @@ UNDERFLOW_SPECS = (
     (W_SAMPLED, 700, 324),  # 1024
     (W_SAMPLED, 1500, 547),  # 2047
     (W_SAMPLED, 1500, 548),  # 2048
-    (W_SAMPLED - 5, 100, 150),  # 250
+    (W_SAMPLED - 5, 20, 400),  # 420: other sample positions at every C
 )
 CAPPED_SPECS = (
     (W_SAMPLED, 300, 6000),  # more than k keys equal to the cutoff in some CTAs
@@ -249,24 +332,104 @@ SHORT_NEG_INF_LENGTHS = (0, 1, 9, 500, 512, 4000, 4096, 8192, 16384)
 # direct_max_length(C) is 32,768: at 1 and 2 CTAs).
 SAMPLED_LENGTHS = (131072, 131071, 100003, 70001, 40009, 33333)
 
+# The streamed builds (SPEC.md 2.12): rows of W_STREAM logits stream on both (past their
+# stages, 16,384 and 32,768 logits), and each chunk of 2x512x4 holds more than STREAM_QUEUE
+# = 8,192 vectors (nv = 17,408), so each of its CTAs may overflow alone. A spec is (length,
+# (gv_0, ev_0), (gv_1, ev_1)): the vectors of top above / equal to the cutoff in each half
+# (controlled_vector_row); at one CTA a row the halves add up.
+W_STREAM = 139272
+L_STREAM = 139264
+STREAM_SPECS = (
+    # k = 2048: Q = 6,144 + 2,048 = STREAM_QUEUE at 1 CTA and in CTA 0 of 2: the full
+    # queue is selected from (GV + EV above it: EV capped at k decides)
+    (L_STREAM, (6144, 2100), (0, 100)),
+    (L_STREAM, (6145, 2100), (0, 100)),  # k = 2048: Q = 8,193: overflow though GV alone fits
+    (L_STREAM, (5000, 100), (5000, 100)),  # overflow at 1 CTA; at 2 each queue fits (the row's Q does not)
+    (L_STREAM, (100, 100), (8300, 100)),  # at 2 CTAs the last CTA's queue alone overflows
+    (L_STREAM - 5, (8400, 100), (8400, 100)),  # every queue overflows by GV; a masked last vector
+    (L_STREAM, (0, 2100), (0, 100)),  # G = 0: K = cutoff, the k selected keys in the first k queued vectors
+    (L_STREAM - 3, (300, 200), (300, 2000)),  # G < k <= G + E: K = cutoff, at 2 CTAs ties in both chunks
+    (L_STREAM - 1, (100, 150), (100, 150)),  # G + E = 500: underflow at every k
+    (L_STREAM, (100, 156), (100, 156)),  # G + E = 512: sampled at k = 512, underflow above
+    (L_STREAM, (1000, 524), (0, 524)),  # G + E = 2048: sampled at every k
+)
+# The same at the widest row (full level).
+W_STREAM_WIDE = 1048576
+STREAM_WIDE_SPECS = (
+    (W_STREAM_WIDE, (6144, 2100), (0, 100)),
+    (W_STREAM_WIDE, (6145, 2100), (0, 100)),
+    (W_STREAM_WIDE, (5000, 100), (5000, 100)),
+    (W_STREAM_WIDE - 7, (300, 1000), (0, 2000)),
+    (W_STREAM_WIDE, (200, 150), (0, 150)),
+)
+# Around each streamed build's stage D (16,384 and 32,768): direct up to it, streamed past
+# it, masked last vectors either side; the 1-CTA build's stage rows in both modes (a block
+# row of 16,384 logits fills its four slots).
+STREAM_BOUNDARY_LENGTHS = (16383, 16384, 16385, 16387, 16392, 16393, 32767, 32768, 32769, 32771, 32776, 32777)
+STAGE_LENGTHS = (16384, 16383, 16377, 12289, 12296, 4097, 0)
+# One value a row (make_one_value_rows): past both stages, each chunk of 2x512x4 more than
+# STREAM_QUEUE vectors in most rows, whose queues nonetheless hold k vectors only.
+ONE_VALUE_LENGTHS = (L_STREAM - 3, L_STREAM, 100001, 40000, 70003, L_STREAM - 8, 33000, L_STREAM - 1)
+
 
 # The intents: for the cases made from the specs above, `intent(build, k)` -> per row the
 # (path, reason) of token mode on that build (reason None: any). The catalogue sets each
 # as its case's `intent`, built from the same specs or lengths as the case's rows.
 
+def _direct_max(build):
+    """D of a build (SPEC.md 2.3, 2.12)."""
+    build = Build.parse(build)
+    return direct_max_length(build.cluster, build.vectors)
+
+
+def attempt_outcome(build, k, n_gt, n_eq):
+    """(path, reason) of a sampled attempt with G = n_gt, E = n_eq on build, where the
+    cutoff is steered: underflow (2, 2) when G + E < k; on the streamed builds, whose
+    overflow depends on how the values share vectors (SPEC.md 2.12), any outcome of the
+    attempt, (1, None), when some CTA's queue might exceed STREAM_QUEUE (G + min(E, k)
+    does: trace.queue_bound); else sampled (1, 0)."""
+    if n_gt + n_eq < k:
+        return (2, 2)
+    if Build.parse(build).streams and n_gt + min(n_eq, k) > STREAM_QUEUE:
+        return (1, None)
+    return (1, 0)
+
+
 def controlled_intent(specs):
-    """Rows of make_controlled: direct up to the build's direct_max_length, else underflow
-    below k, sampled otherwise."""
+    """Rows of make_controlled: direct up to the build's direct_max_length, else
+    attempt_outcome."""
     def intent(build, k):
-        cluster, threads, _ = build
+        return [(2, 0) if length <= _direct_max(build) else attempt_outcome(build, k, n_gt, n_eq)
+                for length, n_gt, n_eq in specs]
+    return intent
+
+
+def queues_of(halves, cluster, k):
+    """Q_c = GV_c + min(EV_c, k) of a vector-controlled row's CTAs at 1 or 2 CTAs a row."""
+    if cluster == 1:
+        return [sum(gv for gv, _ in halves) + min(sum(ev for _, ev in halves), k)]
+    return [gv + min(ev, k) for gv, ev in halves]
+
+
+def vector_intent(specs):
+    """Rows of make_vector_controlled: direct up to the build's direct_max_length; past it
+    on the streamed builds overflow (2, 1) when some CTA's Q_c exceeds STREAM_QUEUE, else
+    underflow (2, 2) when G + E < k, else sampled (1, 0); on another build of 1 or 2 CTAs
+    (the cutoff steered, no queue) underflow or sampled; elsewhere a sampled attempt (any
+    outcome)."""
+    def intent(build, k):
+        build = Build.parse(build)
         rows = []
-        for length, n_gt, n_eq in specs:
-            if length <= direct_max_length(cluster):
+        for length, *halves in specs:
+            ge = sum(gv + ev for gv, ev in halves)
+            if length <= _direct_max(build):
                 rows.append((2, 0))
-            elif n_gt + n_eq < k:
-                rows.append((2, 2))
+            elif build.streams and max(queues_of(halves, build.cluster, k)) > STREAM_QUEUE:
+                rows.append((2, 1))
+            elif build.cluster in STREAM_CLUSTERS:
+                rows.append((2, 2) if ge < k else (1, 0))
             else:
-                rows.append((1, 0))
+                rows.append((1, None))
         return rows
     return intent
 
@@ -275,8 +438,7 @@ def hit_intent(lengths):
     """Rows of make_samples_hit_top: underflow wherever the build samples the row, direct
     where it does not (16x512x16 takes 131,072 logits direct)."""
     def intent(build, k):
-        cluster, threads, _ = build
-        return [(2, 0) if length <= direct_max_length(cluster) else (2, 2) for length in lengths]
+        return [(2, 0) if length <= _direct_max(build) else (2, 2) for length in lengths]
     return intent
 
 
@@ -285,12 +447,11 @@ def one_cta_intent(lengths):
     1-CTA build underflow where q < k, else sampled, and on the others a sampled attempt
     (any outcome)."""
     def intent(build, k):
-        cluster, threads, _ = build
         rows = []
         for length in lengths:
-            if length <= direct_max_length(cluster):
+            if length <= _direct_max(build):
                 rows.append((2, 0))
-            elif cluster == 1:
+            elif Build.parse(build).cluster == 1:
                 rows.append((2, 2) if q_for(length, k) < k else (1, 0))
             else:
                 rows.append((1, None))
@@ -299,11 +460,10 @@ def one_cta_intent(lengths):
 
 
 def threshold_intent(lengths):
-    """Rows of make_normal_rows around D = direct_max_length(C): a sampled attempt (any
+    """Rows of make_normal_rows around D = direct_max_length(C, V): a sampled attempt (any
     outcome) past it, direct at or below it."""
     def intent(build, k):
-        cluster, threads, _ = build
-        return [(1, None) if length > direct_max_length(cluster) else (2, 0) for length in lengths]
+        return [(1, None) if length > _direct_max(build) else (2, 0) for length in lengths]
     return intent
 
 
@@ -320,7 +480,7 @@ def intent_problems(intent, build, k, block_mode, trace):
     for r, (path, reason) in enumerate(intents):
         got_path, got_reason = int(trace[r, 0]), int(trace[r, 1])
         if path == 1 and reason is None:
-            ok = got_path == 1 or got_reason == 2  # a sampled attempt
+            ok = got_path == 1 or got_reason in (1, 2)  # a sampled attempt
         else:
             ok = got_path == path and (reason is None or got_reason == reason)
         if not ok:
@@ -345,7 +505,8 @@ def top_slot_specs(builds):
 def make_top_slot_rows(rng, width, specs, builds):
     """make_controlled's rows, then the row's largest values swapped into the vectors the
     CTAs of `builds` stage in their highest slot (coverage.top_slot_vectors), every lane that
-    is valid, no sample position of any build and holds a value below 1.0.
+    is valid, no sample position of any build and not 1.0 (from the values above 1.0 outside
+    those lanes, so a large value already in a lane is not swapped out of it).
 
     Why: reaching a slot is not enough; a slot whose vectors hold only unselected logits
     hides a kernel bug confined to it (a wrong address, a dropped top). With the row's
@@ -362,7 +523,8 @@ def make_top_slot_rows(rng, width, specs, builds):
         # controlled_row's values: above 1.0 in (0x3F80, 0x4380), the background below 1.0
         # (positive bits under 0x3F80, or negative).
         above = (row[:length] > CUTOFF_BITS) & (row[:length] < 0x8000)
-        targets = targets[~above[targets] & (row[targets] != CUTOFF_BITS)]
+        targets = targets[row[targets] != CUTOFF_BITS]
+        above[targets] = False
         largest = np.flatnonzero(above)[np.argsort(row[:length][above], kind="stable")[::-1]]
         n = min(targets.size, largest.size)
         row[targets[:n]], row[largest[:n]] = row[largest[:n]], row[targets[:n]].copy()

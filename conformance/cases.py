@@ -35,9 +35,10 @@ NAN_PATTERNS = np.array([0x7FC0, 0xFFC0, 0x7F81, 0xFF81, 0x7FFF, 0xFFFF, 0x7FA5,
 SPECIAL_PATTERNS = np.concatenate([NAN_PATTERNS, np.array([0x0000, 0x8000, POS_INF_BITS, NEG_INF_BITS], np.uint16)])
 
 # Lengths where the kernel changes behaviour: the sampled-path thresholds D (SPEC 2.3),
-# 32,768 logits at 1 and 2 CTAs, 65,536 at 4 and 8, 131,072 at 16; 262144 = a cluster's
-# capacity at 8 vectors a thread; 524288 the 8x512x16 capacity.
-KERNEL_BOUNDARY_LENGTHS = (32767, 32768, 32769, 65536, 65537, 131072, 131073, 262143, 262144)
+# 16,384 on the streamed build 1x512x4 (2.12), 32,768 logits at 1 and 2 CTAs (2x512x4's
+# stage too), 65,536 at 4 and 8, 131,072 at 16; 262144 = a cluster's capacity at 8 vectors a thread; 524288 the
+# 8x512x16 capacity.
+KERNEL_BOUNDARY_LENGTHS = (16384, 16385, 32767, 32768, 32769, 65536, 65537, 131072, 131073, 262143, 262144)
 
 
 @dataclass(frozen=True)
@@ -347,6 +348,34 @@ CASES = (
          partial(algo.make_one_cta_hits, width=65536, lengths=algo.ONE_CTA_LENGTHS_16),
          "the 2048 largest values at the 1-CTA sample positions: 1x512x16's sampled rows underflow (q < k), "
          "slots 8-15", modes=(False,), intent=algo.one_cta_intent(algo.ONE_CTA_LENGTHS_16)),
+    # --- ci: the streamed builds 1x512x4 and 2x512x4 (SPEC.md 2.12): their stages' boundaries,
+    # each CTA's queue at its capacity and one past it, overflow (in one CTA, in every CTA,
+    # over the row but in none), the vectors of top == cutoff a queue truncates at k, underflow,
+    # each fallback to the direct path from global memory (the ci cases of more than 16,384
+    # and 32,768 logits stream there too) ------------------------------------------------------
+    Case("stream-threshold", "ci", 319,
+         partial(algo.make_normal_rows, width=32784, lengths=algo.STREAM_BOUNDARY_LENGTHS),
+         "lengths D - 1, D, D + 1, D + 3, D + 8, D + 9 at D = 16,384 and 32,768 (the stages of 1x512x4 and "
+         "2x512x4, past which their rows stream): masked last vectors either side",
+         intent=algo.threshold_intent(algo.STREAM_BOUNDARY_LENGTHS)),
+    Case("stage-16384", "ci", 320, partial(algo.make_normal_rows, width=16384, lengths=algo.STAGE_LENGTHS),
+         "1x512x4's own rows of at most 16,384 logits, both modes: its four staged slots, short and direct"),
+    Case("mostly-neg-inf-16384", "ci", 321, partial(make_mostly_neg_inf, width=16384, finite_blocks=_FEW_FINITE),
+         "-inf rows with few finite blocks as wide as 1x512x4's block rows: its direct path writes -1 for the "
+         "-inf ties"),
+    Case("streamed-single-value", "ci", 322,
+         partial(algo.make_one_value_rows, width=algo.W_STREAM, lengths=algo.ONE_VALUE_LENGTHS),
+         "each row one value (1.0, +-0, +-inf, +-NaN, a subnormal) at 33,000-139,264 logits: streamed, each "
+         "queue truncated at k vectors of top == cutoff out of thousands (EV_c > STREAM_QUEUE), K the cutoff",
+         modes=(False,)),
+    Case("streamed-queue", "ci", 323,
+         partial(algo.make_vector_controlled, width=algo.W_STREAM, specs=algo.STREAM_SPECS),
+         "streamed rows whose vectors of top above / equal to the cutoff are placed half by half: a queue at "
+         "STREAM_QUEUE and one past it, overflow in one CTA, in every CTA and over the row only, K = cutoff "
+         "with the queue truncated at k, ties in both chunks, underflow and its boundary",
+         modes=(False,), intent=algo.vector_intent(algo.STREAM_SPECS)),
+    Case("specials-65536", "ci", 324, partial(make_specials, rows=3, width=65536),
+         "NaN of both signs, +-0, +-inf sprinkled into rows that stream on 1x512x4 and 2x512x4"),
     # --- full: ci plus the big ones ---------------------------------------------------------
     Case("indexer-64x131072", "full", 201, partial(make_indexer, rows=64, width=131072, rho=0.9, heads=32, dim=64),
          "a decode batch of indexer-like rows at rho 0.9"),
@@ -385,6 +414,11 @@ CASES = (
          "more rows than resident clusters (H200: 15 of 8x512x16, 7 of 16x512x16): later waves"),
     Case("waves-1048576", "full", 215, partial(make_indexer, rows=10, width=1048576, rho=0.9, heads=32, dim=64),
          "more rows of the widest width than resident 16x512x16 clusters (H200: 7): two waves"),
+    Case("streamed-fallbacks-1048576", "full", 216,
+         partial(algo.make_vector_controlled, width=algo.W_STREAM_WIDE, specs=algo.STREAM_WIDE_SPECS),
+         "a streamed queue at STREAM_QUEUE and one past it, overflow over the row only, ties at K = cutoff in "
+         "both chunks and underflow in rows 1,048,576 wide (1x512x4, 2x512x4, 16x512x16)", modes=(False,),
+         intent=algo.vector_intent(algo.STREAM_WIDE_SPECS)),
 )
 
 

@@ -17,10 +17,22 @@ row reaches every slot below the largest of those (the slots are filled bottom u
 is computed here from the rule itself, not from the model, so that a model whose chunks or
 slots drift from the SPEC does not also move what coverage counts.
 
+The streamed builds (1x512x4 and 2x512x4, SPEC.md 2.12) stage their rows of at most their
+stage (16,384 and 32,768 logits; every block row) as above, in four slots. A longer token
+row stages nothing: each thread loads its own vectors of each tile into registers and the
+CTA keeps only its queue in shared memory, so such a row has no staged slot and its
+combinations name the slot `STREAMED` instead. (One marker suffices: a thread's registers
+hold STREAM_DEPTH - 1 tiles of STREAM_TILE vectors, and the widest chunk of a streamed row
+holds more than the stage's T V vectors a CTA, so at least ceil((T V + 1) / (T U)) tiles,
+which is every buffer's tile while V >= (STREAM_DEPTH - 2) U: each streamed row meets
+every buffer and slot of every thread in some CTA. tests/test_coverage.py checks that
+inequality.)
+
 A *combination* is `(build, mode, slot, path, reason)`: build 'CxTxV', mode 'token' or
-'block', slot `0 .. V-1` or `NO_SLOT` (a row of length 0 stages nothing), path and reason
-the trace's codes (conformance/trace.py PATH_NAMES, REASON_NAMES; SPEC.md 2.11). The mode
-is part of it because the kernel compiles token and block mode as separate variants.
+'block', slot `0 .. V-1`, `STREAMED` (a streamed row) or `NO_SLOT` (a row of length 0
+stages nothing), path and reason the trace's codes (conformance/trace.py PATH_NAMES,
+REASON_NAMES; SPEC.md 2.11). The mode is part of it because the kernel compiles token and
+block mode as separate variants.
 """
 
 from collections import Counter
@@ -32,9 +44,10 @@ from decode_topk.kernel.policy import BUILDS, KS, LOGITS_PER_VECTOR, Build, dire
 from .trace import PATH_NAMES, REASON_NAMES, chunks
 
 NO_SLOT = -1  # the slot "reached" by a row that stages no vector (length 0)
+STREAMED = -2  # the "slot" of a streamed row (SPEC.md 2.12), whose vectors have none
 MODE_NAMES = {False: "token", True: "block"}
 SHORT, SAMPLED, DIRECT = 0, 1, 2  # trace path codes (SPEC.md 2.11)
-NONE, UNDERFLOW = 0, 2  # trace reason codes (1, overflow, is retired: SPEC.md 2.11)
+NONE, OVERFLOW, UNDERFLOW = 0, 1, 2  # trace reason codes (overflow: a streamed queue's, SPEC.md 2.12)
 
 
 def normalize_build(build):
@@ -52,15 +65,25 @@ def vector_count(lengths):
     return (np.asarray(lengths, dtype=np.int64) + LOGITS_PER_VECTOR - 1) // LOGITS_PER_VECTOR
 
 
+def streamed_rows(build, lengths):
+    """bool [rows]: the rows that stream on build (SPEC.md 2.12): on a streamed build the
+    rows longer than its stage, which only token rows can be (a block row is at most the
+    stage, Build.capacity_in)."""
+    build = normalize_build(build)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return lengths > build.stage if build.streams else np.zeros(lengths.shape, bool)
+
+
 def slots_reached(build, lengths):
     """int64 [rows]: how many staged-vector slots each row fills on build, i.e. the row
     reaches slots 0 .. result - 1 (0: it stages nothing). CTA by CTA from the chunk rule:
     CTA c stages its local vectors 0 .. count_c - 1 in slots i div T, so ceil(count_c / T)
-    slots."""
+    slots; a streamed row (streamed_rows) stages nothing."""
     build = normalize_build(build)
     nv = vector_count(lengths)
     start, end = chunks(nv[:, None], build.cluster)  # [rows, C]
-    return (-(-(end - start) // build.threads)).max(axis=1, initial=0)
+    filled = (-(-(end - start) // build.threads)).max(axis=1, initial=0)
+    return np.where(streamed_rows(build, lengths), 0, filled)
 
 
 def top_slot_vectors(build, length):
@@ -95,9 +118,11 @@ def run_combinations(build, lengths, block_mode, trace):
     label = build_label(build)
     mode = MODE_NAMES[bool(block_mode)]
     filled = slots_reached(build, lengths)
+    streamed = streamed_rows(build, lengths)
     result = Counter()
-    for count, path, reason in zip(filled.tolist(), trace[:, 0].tolist(), trace[:, 1].tolist()):
-        for s in (range(count) if count else (NO_SLOT,)):
+    for count, stream, path, reason in zip(filled.tolist(), streamed.tolist(), trace[:, 0].tolist(),
+                                           trace[:, 1].tolist()):
+        for s in ((STREAMED,) if stream else range(count) if count else (NO_SLOT,)):
             result[(label, mode, s, int(path), int(reason))] += 1
     return result
 
@@ -110,28 +135,35 @@ def reachable(build):
     ceil(nv / C) > s T, i.e. iff nv > s C T (chunks differ by at most one vector and the
     largest is ceil(nv / C)).
 
-    Token mode (n = length, SPEC.md 2.3):
+    Token mode (n = length, SPEC.md 2.3, 2.12):
     - short (n <= k <= 2048): nv <= 256 <= C T (C T >= 512 in every build), so slot 0 only,
       or no slot at length 0.
-    - direct without a sampled attempt (k < n <= D, D = direct_max_length(C) = 8 C T d,
-      d = 8 vectors a thread at C = 1, 4 at C = 2, 2 on the clusters of 4, 8 and 16):
-      slots 0 .. min(d, V) - 1, since nv <= d C T puts at most d T vectors in every chunk;
-      reachable because k + 1 <= 8 C T.
-    - a sampled attempt (n > D, where D < capacity; not on 1x512x8, whose capacity is D):
+    - direct without a sampled attempt (k < n <= D, D = direct_max_length(C, V) = 8 C T d,
+      d = 8 vectors a thread at C = 1, 4 at C = 2, 2 on the clusters of 4, 8 and 16, and
+      the stage's V = 4 on the streamed builds): slots 0 .. min(d, V) - 1, since nv <= d C T
+      puts at most d T vectors in every chunk; reachable because k + 1 <= 8 C T.
+    - a sampled attempt (n > D, where D < capacity; not on 1x512x8, whose capacity is D)
+      on a staged build:
       slots 0 .. ceil(nv / (C T)) - 1, so every slot up to V - 1 (at capacity). Each
       outcome, sampled (path 1, reason 0) and underflow (path 2, reason 2), is reachable at
       every such length, because the cutoff is the q-th largest of the 2048 sampled keys and
       the outcome is set by the other positions: the row's largest values at the sample
       positions and nothing else at or above the cutoff underflows when q < k (exactly q
-      keys at or above it; q <= 288 < k = 2048, since every sampled row is longer than
-      D >= 32,768 logits); k or more such keys succeed (conformance/algorithm_cases.py
+      keys at or above it; q <= 576 < k = 2048, since every sampled row is longer than
+      D >= 16,384 logits); k or more such keys succeed (conformance/algorithm_cases.py
       builds exactly such rows: make_controlled, make_samples_hit_top, make_one_cta_hits).
+    - a streamed row (n > D, the stage, on a streamed build): slot STREAMED, with the
+      sampled path and both fallbacks: underflow as above, and overflow (path 2, reason 1)
+      once a chunk may hold more than STREAM_QUEUE vectors (nv > 8,192 C; e.g. the 2048
+      samples one value, the cutoff, and every other vector's top above it: each CTA's
+      GV_c is nearly its whole chunk).
     Block mode (n = nv, no sampled path):
     - short (nv <= k <= 2048): slots 0 .. ceil(ceil(2048 / C) / T) - 1 (slot 0 at C >= 4,
       where C T >= 4096; slots 0-1 at C = 2; slots 0-3 at C = 1), or no slot at length 0.
     - direct, reason 0, for k < nv <= C T V: every slot 0 .. V - 1.
     No other (path, reason) is possible: the sampled path and the fallbacks exist only in
-    token mode for n > D, and a short row never falls back.
+    token mode for n > D, a short row never falls back, and only the streamed builds
+    overflow.
     """
     label = build_label(build)
     cluster, threads, vectors = normalize_build(build)
@@ -140,13 +172,16 @@ def reachable(build):
         combos |= {(label, mode, NO_SLOT, SHORT, NONE), (label, mode, 0, SHORT, NONE)}
     per_cta = -(-max(KS) // cluster)  # a short block row's largest chunk, in vectors
     combos |= {(label, "block", s, SHORT, NONE) for s in range(min(vectors, -(-per_cta // threads)))}
-    direct_vectors = direct_max_length(cluster) // (8 * cluster * threads)  # d
+    direct_vectors = direct_max_length(cluster, vectors) // (8 * cluster * threads)  # d
     for s in range(vectors):
         combos.add((label, "block", s, DIRECT, NONE))
         if s < direct_vectors:
             combos.add((label, "token", s, DIRECT, NONE))
-        if direct_vectors < vectors:
-            combos |= {(label, "token", s, SAMPLED, NONE), (label, "token", s, DIRECT, UNDERFLOW)}
+    attempts = [(SAMPLED, NONE), (DIRECT, UNDERFLOW)]
+    if normalize_build(build).streams:
+        combos |= {(label, "token", STREAMED, path, reason) for path, reason in attempts + [(DIRECT, OVERFLOW)]}
+    elif direct_vectors < vectors:
+        combos |= {(label, "token", s, path, reason) for s in range(vectors) for path, reason in attempts}
     return combos
 
 
@@ -181,7 +216,7 @@ def _slot_ranges(slots):
     """'-, 0, 4-7' of sorted slots: runs of consecutive slots as ranges."""
     parts, run = [], []
     for s in sorted(slots):
-        if run and s == run[-1] + 1 and s != 0:
+        if run and s == run[-1] + 1 and s > 0:
             run.append(s)
             continue
         if run:
@@ -194,12 +229,12 @@ def _slot_ranges(slots):
 
 
 def _slot_name(slot):
-    return "-" if slot == NO_SLOT else str(slot)
+    return {NO_SLOT: "-", STREAMED: "s"}.get(slot, str(slot))
 
 
 def describe(combos):
     """Every combination of `combos` on one line, grouped as 'build mode path: slots'
-    ('-': no slot staged), e.g. '8x512x8 token sampled: slots 4-7; ...'."""
+    ('-': no slot staged, 's': streamed), e.g. '8x512x8 token sampled: slots 4-7; ...'."""
     groups = {}
     for build, mode, slot, path, reason in sorted(combos, key=lambda c: (BUILDS.index(normalize_build(c[0])),) + c[1:]):
         groups.setdefault((build, mode, path, reason), []).append(slot)
@@ -209,7 +244,7 @@ def describe(combos):
 
 def format_table(reached, builds=None):
     """The coverage table as lines: one line a (build, mode, path:reason), one column a
-    slot ('-': no slot staged), each cell the rows reaching it; '.' marks a combination
+    slot ('-': no slot staged, 's': a streamed row), each cell the rows reaching it; '.' marks a combination
     `reachable` rules out, '!' one it allows that no row reached. builds: those to show
     (default: the builds in `reached`)."""
     reached = Counter(reached)
@@ -218,9 +253,9 @@ def format_table(reached, builds=None):
     if not labels:
         return []
     width = max(normalize_build(b).vectors for b in labels)
-    slots = [NO_SLOT] + list(range(width))
-    kinds = [(p, r) for p in (SHORT, DIRECT, SAMPLED) for r in (NONE, UNDERFLOW)]
-    lines = ["staged-vector slot coverage (rows; '.' unreachable, '!' reachable but not reached):",
+    slots = [NO_SLOT] + list(range(width)) + ([STREAMED] if any(normalize_build(b).streams for b in labels) else [])
+    kinds = [(p, r) for p in (SHORT, DIRECT, SAMPLED) for r in (NONE, OVERFLOW, UNDERFLOW)]
+    lines = ["staged-vector slot coverage (rows; 's' streamed; '.' unreachable, '!' reachable but not reached):",
              f"  {'build':<10} {'mode':<5} {'path':<16}" + "".join(f"{_slot_name(s):>5}" for s in slots)]
     for label in labels:
         can = reachable(label)

@@ -100,7 +100,7 @@ def big_batch(rows, width, seed, trace_rows, results):
         n = tc.element_count(lengths, block_mode)
         for k in policy.KS:
             long_rows = int((n > k).sum())
-            for build in [None] + [b for b in policy.BUILDS if logits.shape[1] <= b.capacity]:
+            for build in [None] + [b for b in policy.BUILDS if logits.shape[1] <= b.capacity_in(block_mode)]:
                 rec = {"mode": "block" if block_mode else "token", "k": k, "build": build_label(build),
                        "rows": rows, "long_rows": long_rows}
                 try:
@@ -108,7 +108,7 @@ def big_batch(rows, width, seed, trace_rows, results):
                     timer = Timer()
                     if build is None:
                         res = aot_loader.resident_for(k, block_mode, False)
-                        rec["build"] = f"policy={policy.build_for(rows, width, res).name}"
+                        rec["build"] = f"policy={policy.build_for(rows, width, res, block_mode).name}"
                     timer.start()
                     aot_loader.decode_topk_aot(logits, lengths, k, out=out, block_mode=block_mode, build=build)
                     rec["kernel_ms"] = round(timer.stop(), 3)
@@ -150,7 +150,8 @@ def big_batch(rows, width, seed, trace_rows, results):
                     rec["checker_violations"] = len(np_check(bits, lens, k, block_mode, out, strict=True))
                     rec["paths"] = {p: int((trace[:, 0] == i).sum()) for i, p in enumerate(("short", "sampled",
                                                                                               "direct"))}
-                    rec["fallbacks"] = {"underflow": int((trace[:, 1] == 2).sum())}
+                    rec["fallbacks"] = {"overflow": int((trace[:, 1] == 1).sum()),
+                                        "underflow": int((trace[:, 1] == 2).sum())}
                 except Exception as e:  # noqa: BLE001
                     rec["error"] = f"{type(e).__name__}: {e}"
                     rec["traceback"] = traceback.format_exc()

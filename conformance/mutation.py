@@ -112,9 +112,8 @@ class Campaign:
         for case in select_cases(level, case_filter):  # the suite's selection and its errors
             logits, lengths = case.generate()
             for build in self.builds:
-                if logits.shape[1] > build.capacity:
-                    continue
-                self.runs += [(case.name, logits, lengths, k, mode, build) for k, mode in case_runs(case)]
+                self.runs += [(case.name, logits, lengths, k, mode, build) for k, mode in case_runs(case)
+                              if logits.shape[1] <= build.capacity_in(mode)]
         self.runs.sort(key=lambda run: run[1].size)
         self._base = {}
 

@@ -3,7 +3,7 @@
 A build chosen one logit or one row off at a threshold changes no output and no trace,
 only speed (or, at the 16-CTA build's wave limit, whether a launch is taken at all), so
 the conformance suite cannot see it. `edge_problems()` states SPEC 2.1's thresholds as a
-table of (rows, width) -> build at each edge and one past it, for several resident
+table of (rows, width, mode) -> build at each edge and one past it, for several resident
 counts, and returns every disagreement with the policy as it is imported now.
 
 `POLICY_MUTANTS` are realistic bugs of the policy (name -> (description, patch)); `patch`
@@ -12,7 +12,8 @@ changes what every caller of `policy.<name>` and every policy function that call
 (they look each other up by name; a name imported by value elsewhere keeps the original,
 which is why the edge table calls the policy through the module). The
 mutation campaign (`python -m decode_topk.conformance.mutation --target policy`) requires
-`edge_problems` to report each one.
+`edge_problems` to report each one. Planting replaces a module global of kernel/policy.py,
+or a class attribute named 'Build.<attr>'.
 """
 
 import contextlib
@@ -29,12 +30,27 @@ EDGE_16 = 524288  # 8x512x16
 EDGE_MAX = 1048576  # 16x512x16
 EDGE_DIRECT = 65536  # the direct path's longest token row at 4 and 8 CTAs (two vectors a thread)
 EDGE_TWO_FIRST = 8192  # rows up to this width take 2 CTAs before 8 (one vector a thread at 2 x 512)
+EDGE_STAGE = 16384  # 1x512x4's stage (SPEC 2.12): its block rows' capacity and its D
+EDGE_STAGE_2 = 32768  # 2x512x4's stage: the same for it
+# The streamed builds (SPEC 2.1, 2.12): their names, (token, block) capacities and D.
+STREAMED = {"1x512x4": ((EDGE_MAX, EDGE_STAGE), EDGE_STAGE), "2x512x4": ((EDGE_MAX, EDGE_STAGE_2), EDGE_STAGE_2)}
+# The stream rule (SPEC 2.1, 2.12): token batches wider than EDGE_1 logits stream past the
+# resident 2x512x16 clusters up to STREAM_WIDTH logits, from STREAM_ROWS rows past it, and
+# past the 16-CTA build's two waves; they take 1x512x4 past the resident 2x512x4 clusters
+# up to EDGE_16 logits, else 2x512x4. Measured on the H200 (kernel/policy.py's STREAM_ROWS,
+# STREAM_WIDTH and STREAM_1_WIDTH): when they change there, change these with them; the
+# edge table follows them.
+STREAM_ROWS = 32
+STREAM_WIDTH = EDGE_2
+# SPEC 2.12's constants of the streamed builds (change them with SPEC 2.12).
+SPEC_2_12 = {"STREAM_QUEUE": 8192, "STREAM_TILE": 4, "STREAM_DEPTH": 3, "STREAM_VECTORS": 4}
 
 
-def _resident_table(small, large16, four=None, two=None, two16=None):
+def _resident_table(small, large16, four=None, two=None, two16=None, stream2=None):
     """resident(build): `small` clusters of each 8-CTA build (and of the 4-CTA and 2-CTA
     ones unless `four` or `two` is given), `large16` of 16x512x16; `two16`, if given, of
-    2x512x16 alone (so a policy that asks the wrong 2-CTA build is seen)."""
+    2x512x16 alone and `stream2` of 2x512x4 alone (so a policy that asks the wrong 2-CTA
+    build is seen)."""
     def resident(build):
         if build.cluster == 16:
             return large16
@@ -42,14 +58,36 @@ def _resident_table(small, large16, four=None, two=None, two16=None):
             return four
         if build.cluster == 2 and build.vectors == 16 and two16:
             return two16
+        if build.cluster == 2 and build.vectors == 4 and stream2:
+            return stream2
         if build.cluster == 2 and two:
             return two
         return small
     return resident
 
 
-def expected_build(rows, width, resident):
-    """SPEC 2.1's build for rows x width, as a name (independent of kernel/policy.py)."""
+def expected_streams(rows, width, resident, block_mode=False):
+    """SPEC 2.1's stream rule: token rows wider than EDGE_1, and up to STREAM_WIDTH more
+    rows than 2x512x16 keeps resident; past it STREAM_ROWS rows or more, or rows past the
+    16-CTA build's two waves (wider than 8x512x16 holds)."""
+    if block_mode or width <= EDGE_1:
+        return False
+    if width <= STREAM_WIDTH:
+        return rows > resident(policy.Build(2, 512, 16))
+    return rows >= STREAM_ROWS or (width > EDGE_16 and rows > 2 * resident(policy.Build(16, 512, 16)))
+
+
+def expected_stream_build(rows, width, resident):
+    """Which streamed build a streaming batch takes: 1x512x4 when the rows outnumber the
+    resident 2x512x4 clusters and are at most EDGE_16 logits wide, else 2x512x4."""
+    return "1x512x4" if width <= EDGE_16 and rows > resident(policy.Build(2, 512, 4)) else "2x512x4"
+
+
+def expected_build(rows, width, resident, block_mode=False):
+    """SPEC 2.1's build for rows x width in this mode, as a name (independent of
+    kernel/policy.py)."""
+    if expected_streams(rows, width, resident, block_mode):
+        return expected_stream_build(rows, width, resident)
     if width <= EDGE_8:
         two_fits = rows <= resident(policy.Build(2, 512, 8))
         if two_fits and width <= EDGE_TWO_FIRST:
@@ -68,8 +106,10 @@ def expected_build(rows, width, resident):
     return "16x512x16"
 
 
-def expected_max_rows(width, resident):
-    return None if width <= EDGE_16 else 2 * resident(policy.Build(16, 512, 16))
+def expected_max_rows(width, resident, block_mode=False):
+    """None (no limit) but for block rows on the 16-CTA build: two waves (token rows past
+    them stream)."""
+    return None if not block_mode or width <= EDGE_16 else 2 * resident(policy.Build(16, 512, 16))
 
 
 def edge_problems(p=policy):
@@ -83,27 +123,35 @@ def edge_problems(p=policy):
 
 def _edge_problems(p):
     problems = []
-    edges = (EDGE_TWO_FIRST, EDGE_1_8, EDGE_1, EDGE_2, EDGE_8, EDGE_16, EDGE_MAX)
+    edges = (EDGE_TWO_FIRST, EDGE_STAGE, EDGE_STAGE_2, EDGE_1_8, EDGE_1, EDGE_2, EDGE_8, EDGE_16, EDGE_MAX,
+             STREAM_WIDTH)
     widths = sorted({0, 1, 8, 4096} | {e + d for e in edges for d in (-1, 0, 1)} - {EDGE_MAX + 1})
-    for small, large16, four, two, two16 in ((15, 7, 30, 66, None), (30, 14, None, None, None),
-                                             (1, 1, None, None, None), (15, 7, 30, 20, None), (15, 7, 30, 66, 40)):
-        resident = _resident_table(small, large16, four, two, two16)
-        four, two, two16 = four or small, two or small, two16 or two or small
+    for small, large16, four, two, two16, stream2 in ((15, 7, 30, 66, None, None), (30, 14, None, None, None, None),
+                                                      (1, 1, None, None, None, None), (15, 7, 30, 20, None, None),
+                                                      (15, 7, 30, 66, 40, None), (15, 7, 30, 66, 40, 50),
+                                                      (15, 7, 30, 66, 60, 20), (70, 40, None, None, None, None)):
+        resident = _resident_table(small, large16, four, two, two16, stream2)
+        four, two, two16, stream2 = four or small, two or small, two16 or two or small, stream2 or two or small
+        row_counts = sorted({1, small - 1, small, small + 1, four - 1, four, four + 1, two - 1, two, two + 1,
+                             two16 - 1, two16, two16 + 1, stream2 - 1, stream2, stream2 + 1, 2 * large16,
+                             2 * large16 + 1, STREAM_ROWS - 1, STREAM_ROWS, STREAM_ROWS + 1} - {0})
         for width in widths:
-            for rows in sorted({1, small - 1, small, small + 1, four - 1, four, four + 1, two - 1, two, two + 1,
-                                two16 - 1, two16, two16 + 1, 2 * large16, 2 * large16 + 1} - {0}):
-                try:
-                    got = p.build_for(rows, width, resident).name
-                except ValueError as exc:
-                    got = f"ValueError({exc})"
-                want = expected_build(rows, width, resident)
-                if got != want:
-                    problems.append(f"build_for(rows={rows}, width={width}, resident {small}/{large16}): "
-                                    f"{got}, SPEC 2.1 says {want}")
-            got_limit = p.max_rows(width, resident)
-            if got_limit != expected_max_rows(width, resident):
-                problems.append(f"max_rows(width={width}, resident {small}/{large16}): {got_limit}, "
-                                f"SPEC 2.1 says {expected_max_rows(width, resident)}")
+            for block_mode in (False, True):
+                mode = "block" if block_mode else "token"
+                for rows in row_counts:
+                    try:
+                        got = p.build_for(rows, width, resident, block_mode).name
+                    except ValueError as exc:
+                        got = f"ValueError({exc})"
+                    want = expected_build(rows, width, resident, block_mode)
+                    if got != want:
+                        problems.append(f"build_for(rows={rows}, width={width}, resident {small}/{large16}, {mode}): "
+                                        f"{got}, SPEC 2.1 says {want}")
+                got_limit = p.max_rows(width, resident, block_mode)
+                want_limit = expected_max_rows(width, resident, block_mode)
+                if got_limit != want_limit:
+                    problems.append(f"max_rows(width={width}, resident {small}/{large16}, {mode}): {got_limit}, "
+                                    f"SPEC 2.1 says {want_limit}")
     for width in (-1, EDGE_MAX + 1, EDGE_MAX + 8):
         try:
             p.check_width(width)
@@ -115,11 +163,25 @@ def _edge_problems(p):
             p.check_width(width)
         except ValueError as exc:
             problems.append(f"check_width({width}) refused a width a build holds: {exc}")
-    for build, capacity in (("8x512x8", EDGE_8), ("4x1024x8", EDGE_8), ("8x512x16", EDGE_16),
-                            ("16x512x16", EDGE_MAX), ("1x512x8", EDGE_1_8), ("1x512x16", EDGE_1),
-                            ("2x512x8", EDGE_1), ("2x512x16", EDGE_2)):
-        if p.Build.parse(build).capacity != capacity:
-            problems.append(f"{build}.capacity is {p.Build.parse(build).capacity}, SPEC 2.1 says {capacity}")
+    # (token, block) capacities: the stage C T V 8, but for the streamed builds' token rows
+    capacities = {"8x512x8": (EDGE_8,) * 2, "4x1024x8": (EDGE_8,) * 2, "8x512x16": (EDGE_16,) * 2,
+                  "16x512x16": (EDGE_MAX,) * 2, "1x512x8": (EDGE_1_8,) * 2, "1x512x16": (EDGE_1,) * 2,
+                  "2x512x8": (EDGE_1,) * 2, "2x512x16": (EDGE_2,) * 2}
+    capacities.update({name: both for name, (both, _) in STREAMED.items()})
+    if sorted(b.name for b in p.BUILDS) != sorted(capacities):
+        problems.append(f"the builds are {sorted(b.name for b in p.BUILDS)}, SPEC 2.1 and 2.12 say "
+                        f"{sorted(capacities)}")
+    for build, both in capacities.items():
+        for block_mode, capacity in zip((False, True), both):
+            got = p.Build.parse(build).capacity_in(block_mode)
+            if got != capacity:
+                problems.append(f"{build}.capacity_in({block_mode}) is {got}, SPEC 2.1 says {capacity}")
+    if {b.name for b in p.BUILDS if b.streams} != set(STREAMED):
+        problems.append(f"the builds that stream are {sorted(b.name for b in p.BUILDS if b.streams)}, "
+                        f"SPEC 2.12 says {sorted(STREAMED)}")
+    for name, want in SPEC_2_12.items():
+        if getattr(p, name) != want:
+            problems.append(f"{name} = {getattr(p, name)}, SPEC 2.12 says {want}")
     for cluster, want in ((1, 512), (2, 512), (4, 1024), (8, 512), (16, 512)):
         if p.threads_for(cluster) != want:
             problems.append(f"threads_for({cluster}) = {p.threads_for(cluster)}, SPEC 2.1 says {want}")
@@ -129,18 +191,27 @@ def _edge_problems(p):
                           (16, 2 * EDGE_DIRECT)):
         if p.direct_max_length(cluster) != want:
             problems.append(f"direct_max_length({cluster}) = {p.direct_max_length(cluster)}, SPEC 2.3 says {want}")
+    # the same for every build by its (C, V), and the streamed builds' stages (SPEC 2.12)
+    for build in p.BUILDS:
+        want = STREAMED[build.name][1] if build.name in STREAMED else p.direct_max_length(build.cluster)
+        if p.direct_max_length(build.cluster, build.vectors) != want:
+            problems.append(f"direct_max_length({build.cluster}, {build.vectors}) = "
+                            f"{p.direct_max_length(build.cluster, build.vectors)}, SPEC 2.3 and 2.12 say {want}")
     want_builds = {(4, 8): 8, (8, EDGE_8): 8, (8, EDGE_8 + 1): 16, (8, EDGE_16): 16, (8, EDGE_16 + 1): None,
                    (16, EDGE_MAX): 16, (1, EDGE_1_8): 8, (1, EDGE_1_8 + 1): 16, (1, EDGE_1): 16, (1, EDGE_1 + 1): None,
                    (2, EDGE_1): 8, (2, EDGE_1 + 1): 16, (2, EDGE_2): 16, (2, EDGE_2 + 1): None}
     for (cluster, width), want in want_builds.items():
         if p.vectors_for(width, cluster) != want:
             problems.append(f"vectors_for({width}, {cluster}) = {p.vectors_for(width, cluster)}, SPEC 2.1 says {want}")
-    precompiled = {b.name for b in p.precompile_builds(EDGE_MAX)}
-    if precompiled != {"8x512x8", "4x1024x8", "8x512x16", "16x512x16", "1x512x8", "1x512x16", "2x512x8", "2x512x16"}:
-        problems.append(f"precompile_builds({EDGE_MAX}) = {sorted(precompiled)}, not every build of SPEC 2.1")
-    if {b.name for b in p.precompile_builds(EDGE_8)} != {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8",
-                                                          "2x512x16"}:
-        problems.append(f"precompile_builds({EDGE_8}) = {sorted(b.name for b in p.precompile_builds(EDGE_8))}")
+    # precompile_builds: every build the rules above pick up to a width, for any resident
+    # counts (both streamed builds from the first width past EDGE_1: 2x512x4 where it keeps
+    # more clusters resident than 2x512x16)
+    staged = {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "2x512x16", "1x512x4", "2x512x4"}
+    for width, want in ((EDGE_MAX, staged | {"8x512x16", "16x512x16"}), (EDGE_8, staged), (EDGE_1 + 1, staged),
+                        (EDGE_1, {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8"})):
+        got = {b.name for b in p.precompile_builds(width)}
+        if got != want:
+            problems.append(f"precompile_builds({width}) = {sorted(got)}, SPEC 2.1 picks {sorted(want)}")
     return problems
 
 
@@ -169,13 +240,46 @@ def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width
     return {"cluster_for": cluster_for}
 
 
-def _max_rows(waves=2, edge=lambda w, c: w <= c):
-    def max_rows(width, resident):
+def _max_rows(waves=2, edge=lambda w, c: w <= c, tokens=False):
+    def max_rows(width, resident, block_mode=False):
         policy.check_width(width)
-        if edge(width, policy.Build.of(8, 16).capacity):
+        if (not block_mode and not tokens) or edge(width, policy.Build.of(8, 16).capacity):
             return None
         return waves * resident(policy.Build.of(16, 16))
     return {"max_rows": max_rows}
+
+
+def _streams_for(modes=lambda block_mode: not block_mode, low=lambda w, c: w > c, wide=lambda w, c: w > c,
+                 waves_2=lambda r, n: r > n, two_build=(2, 16), many=lambda r, n: r >= n,
+                 past_waves=lambda r, n: r > n):
+    def streams_for(rows, width, resident, block_mode=False):
+        if not modes(block_mode) or not low(width, policy.Build.of(1, 16).stage):
+            return False
+        if not wide(width, policy.STREAM_WIDTH):
+            return waves_2(rows, resident(policy.Build.of(*two_build)))
+        if many(rows, policy.STREAM_ROWS):
+            return True
+        return (width > policy.Build.of(8, 16).stage
+                and past_waves(rows, policy.WAVES_16 * resident(policy.Build.of(16, 16))))
+    return {"streams_for": streams_for}
+
+
+def _stream_build_for(narrow=lambda w, c: w <= c, many=lambda r, n: r > n, asked=None):
+    def stream_build_for(rows, width, resident):
+        if narrow(width, policy.STREAM_1_WIDTH) and many(rows, resident(asked or policy.STREAM_2)):
+            return policy.STREAM
+        return policy.STREAM_2
+    return {"stream_build_for": stream_build_for}
+
+
+def _capacity_in(stream_token=policy.MAX_WIDTH, stream_block=None):
+    """Build.capacity_in with the streamed build's capacities replaced (None: its stage)."""
+    def capacity_in(self, block_mode):
+        if not self.streams:
+            return self.stage
+        chosen = stream_block if block_mode else stream_token
+        return self.stage if chosen is None else chosen
+    return {"Build.capacity_in": capacity_in}
 
 
 def _vectors_for(fits=lambda w, c: w <= c, choices=None):
@@ -245,8 +349,62 @@ POLICY_MUTANTS = {
     "direct_cluster_one_vector": ("the clusters sample past one vector a thread (the module doc's rule)",
                                   lambda: _direct_vectors({1: 8, 2: 4}, 1)),
     "direct_max_past": ("the direct path takes one logit past its longest row",
-                        lambda: {"direct_max_length": (lambda own: lambda cluster: own(cluster) + 1)(
-                            policy.direct_max_length)}),
+                        lambda: {"direct_max_length": (lambda own: lambda cluster, vectors=None:
+                                                       own(cluster, vectors) + 1)(policy.direct_max_length)}),
+    "direct_stream_as_one_cta": ("1x512x4's D is the 1-CTA builds' 32,768, not its stage (vectors ignored)",
+                                 lambda: {"direct_max_length": (lambda own: lambda cluster, vectors=None:
+                                                                own(cluster))(policy.direct_max_length)}),
+    "direct_stream_one_stage": ("every streamed build's D is 1x512x4's stage, 16,384 (2x512x4's too)",
+                                lambda: {"direct_max_length": (lambda own: lambda cluster, vectors=None:
+                                                               policy.STREAM.stage if vectors is not None and
+                                                               policy.Build.of(cluster, vectors).streams else
+                                                               own(cluster, vectors))(policy.direct_max_length)}),
+    "streams_one_cta_only": ("only the 1-CTA build of STREAM_VECTORS streams (2x512x4 a staged build)",
+                             lambda: {"Build.streams": property(lambda self: self.cluster == 1 and
+                                                                self.vectors == policy.STREAM_VECTORS)}),
+    "streams_any_vectors": ("every build of one or two CTAs streams, whatever its vectors",
+                            lambda: {"Build.streams": property(lambda self: self.cluster in (1, 2))}),
+    "stream_build_two_ctas": ("streaming batches take 2x512x4, never 1x512x4",
+                              lambda: {"STREAM": policy.STREAM_2}),
+    "stream_build_one_cta": ("streaming batches take 1x512x4, never 2x512x4",
+                             lambda: _stream_build_for(many=lambda r, n: True, narrow=lambda w, c: True)),
+    "stream_build_one_cta_wide": ("1x512x4 takes streaming rows of 1,048,576 logits too",
+                                  lambda: _stream_build_for(narrow=lambda w, c: True)),
+    "stream_build_width_strict": ("1x512x4 only below STREAM_1_WIDTH logits (not at it)",
+                                  lambda: _stream_build_for(narrow=lambda w, c: w < c)),
+    "stream_build_at_resident": ("1x512x4 from rows = the resident 2x512x4 clusters (not one more)",
+                                 lambda: _stream_build_for(many=lambda r, n: r >= n)),
+    "stream_build_resident_16": ("the streamed build's choice asks 2x512x16's residency, not 2x512x4's",
+                                 lambda: _stream_build_for(asked=policy.Build.of(2, 16))),
+    # the stream rule (SPEC 2.1, 2.12)
+    "stream_never": ("no batch streams", lambda: _streams_for(modes=lambda block_mode: False)),
+    "stream_block_mode": ("block batches stream too", lambda: _streams_for(modes=lambda block_mode: True)),
+    "stream_from_65536": ("batches of 65,536 logits stream too (width >= 65,536)",
+                          lambda: _streams_for(low=lambda w, c: w >= c)),
+    "stream_rows_off_by_one": ("batches stream from STREAM_ROWS + 1 rows (rows > STREAM_ROWS)",
+                               lambda: _streams_for(many=lambda r, n: r > n)),
+    "stream_rows_early": ("batches stream from STREAM_ROWS - 1 rows",
+                          lambda: _streams_for(many=lambda r, n: r >= n - 1)),
+    "stream_rows_at_any_width": ("STREAM_ROWS rows stream at 65,537-131,072 logits too",
+                                 lambda: _streams_for(wide=lambda w, c: w > policy.Build.of(1, 16).stage)),
+    "stream_width_inclusive": ("STREAM_ROWS rows of STREAM_WIDTH logits stream (width >= STREAM_WIDTH)",
+                               lambda: _streams_for(wide=lambda w, c: w >= c)),
+    "stream_waves_2_at": ("rows up to STREAM_WIDTH stream at the resident 2x512x16 clusters (not one more)",
+                          lambda: _streams_for(waves_2=lambda r, n: r >= n)),
+    "stream_waves_2_never": ("rows up to STREAM_WIDTH never stream (2x512x16 in waves)",
+                             lambda: _streams_for(waves_2=lambda r, n: False)),
+    "stream_waves_2_resident_8": ("the rule up to STREAM_WIDTH asks 2x512x8's residency, not 2x512x16's",
+                                  lambda: _streams_for(two_build=(2, 8))),
+    "stream_waves_never": ("token rows past the 16-CTA build's two waves stay on it",
+                           lambda: _streams_for(past_waves=lambda r, n: False)),
+    "stream_waves_at": ("token rows stream at two waves of the 16-CTA build already (rows >= 2 resident)",
+                        lambda: _streams_for(past_waves=lambda r, n: r >= n)),
+    "waves_limit_tokens": ("max_rows limits token rows too (the rule before the streamed build)",
+                           lambda: _max_rows(tokens=True)),
+    "stream_token_capacity_stage": ("the streamed builds hold token rows of their stage only (16,384, 32,768 logits)",
+                                    lambda: _capacity_in(stream_token=None)),
+    "stream_block_capacity_max": ("the streamed builds hold block rows of 1,048,576 logits",
+                                  lambda: _capacity_in(stream_block=policy.MAX_WIDTH)),
     "threads_swapped": ("1024 threads at 8 CTAs, 512 at 4",
                         lambda: {"threads_for": lambda cluster: 1024 if cluster == 8 else 512}),
 }
@@ -258,14 +416,22 @@ def planted(name):
     if name not in POLICY_MUTANTS:
         raise ValueError(f"unknown policy mutant {name!r}; known: {', '.join(sorted(POLICY_MUTANTS))}")
     replacements = POLICY_MUTANTS[name][1]()
-    saved = {attr: getattr(policy, attr) for attr in replacements}
+    targets = {attr: _owner(attr) for attr in replacements}
+    saved = {attr: getattr(owner, leaf) for attr, (owner, leaf) in targets.items()}
     try:
         for attr, value in replacements.items():
-            setattr(policy, attr, value)
+            setattr(*targets[attr], value)
         yield
     finally:
         for attr, value in saved.items():
-            setattr(policy, attr, value)
+            setattr(*targets[attr], value)
+
+
+def _owner(attr):
+    """(object, name) that a replacement `attr` ('name' of kernel/policy.py or
+    'Build.name') is set on."""
+    owner, _, leaf = attr.rpartition(".")
+    return (getattr(policy, owner) if owner else policy), leaf
 
 
 def campaign(names=None):

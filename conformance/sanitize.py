@@ -35,6 +35,11 @@ CASES = (
     ("one-cta-direct", "1x512x8's direct path over 1-7 vectors a thread"),
     # 16x512x16 samples only past 131,072 logits (SPEC 2.3), wider than the cases above
     ("sampled-fallbacks-524288", "16x512x16's (and 8x512x16's) sampled path, crowded survivors and underflow"),
+    # 1x512x4 and 2x512x4 (SPEC 2.12): their stages in both modes, their streamed queues and
+    # both fallbacks
+    ("stage-16384", "1x512x4's staged rows (both modes): short and direct in its four slots"),
+    ("streamed-queue", "the streamed path: queues at their capacity, overflow and underflow -> direct "
+                       "from global memory"),
 )
 
 
@@ -68,14 +73,14 @@ def main(argv=None):
         for block_mode in case.modes:
             for k in (k for k in args.ks if k in case.ks):
                 for build in builds:
-                    if build is not None and bits.shape[1] > build.capacity:
+                    if build is not None and bits.shape[1] > build.capacity_in(block_mode):
                         continue
                     out, _, used = gpu_impl.run_numpy(aot_loader.AOT, bits, lengths, k, block_mode, build, trace=args.trace)
                     launches += 1
                     bad = check(bits, lengths, k, block_mode, out, strict=True)
                     violations += len(bad)
                     _, m_trace = simulate(bits, lengths, k, block_mode, build=used)
-                    reached = Counter(("short", "sampled", "direct")[p] + ("", "+?", "+underflow")[r]
+                    reached = Counter(("short", "sampled", "direct")[p] + ("", "+overflow", "+underflow")[r]
                                       for p, r in m_trace[:, :2])
                     paths.update(reached)
                     print(f"{name:18} {'block' if block_mode else 'token'} k={k:4} {used.name:10} "

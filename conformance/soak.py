@@ -133,11 +133,11 @@ def soak_batch(width, rows, seed, device="cuda", launch=None):
     launch = launch_all if launch is None else launch
     chunk = max(16, (1 << 26) // width)
     logits, lengths, _ = gpu_check.make_batch(rows, width, seed=seed, device=device, chunk=chunk)
-    builds = [None] + [b for b in policy.BUILDS if width <= b.capacity]
     check_chunk = max(16, (1 << 28) // width // 8)
     runs = {}
     for block_mode in (False, True):
         stats = gpu_check.row_stats(logits, lengths, policy.KS, block_mode, chunk=max(16, (1 << 28) // width // 4))
+        builds = [None] + [b for b in policy.BUILDS if width <= b.capacity_in(block_mode)]
         for k in policy.KS:
             out = torch.empty((rows, k), dtype=torch.int32, device=device)
             want = canonical_answer(logits, lengths, k, block_mode, chunk=check_chunk)  # the same for every build

@@ -53,7 +53,7 @@ class SuiteResult:
     strict: bool = False  # judged in strict mode (the canonical answer), else by the contract
     claims: str = ""  # the record's claim ("": not from a record, e.g. `ver`)
     seconds: float = 0.0
-    skipped: int = 0  # (case, build) pairs whose width exceeds the build's capacity
+    skipped: int = 0  # (case, k, mode, build) runs whose width exceeds the build's capacity in that mode
     slot_problems: list = field(default_factory=list)  # slot_coverage.suite_problems, [] if unchecked
 
     @property
@@ -247,7 +247,8 @@ def print_summary(result, stream, shown=SHOWN_VIOLATIONS):
     _print_coverage(result, stream)
     slot_coverage.print_suite_table(result.runs, stream)
     if result.skipped:
-        print(f"skipped: {result.skipped} (case, build) pairs wider than the build's capacity", file=stream)
+        print(f"skipped: {result.skipped} (case, k, mode, build) runs wider than the build's capacity in that mode",
+              file=stream)
     print(judged_line(result), file=stream)
     print(f"total: {len(result.runs)} runs, {len(failed)} failing, {result.violation_count} violations, "
           f"{result.seconds:.1f} s ({result.impl}, level {result.level})", file=stream)
@@ -271,7 +272,8 @@ def run_suite(impl_name="reference", level="ci", case_filter=None, stream=STDOUT
 
     builds: None (the implementation chooses), or a list of builds (anything Build.parse
     takes) forced on it in turn (its record must take a build); a case wider than a
-    build's capacity is skipped on that build.
+    build's capacity in a mode (Build.capacity_in: 1x512x4 streams token rows only) is
+    skipped on that build in that mode.
     strict: True (judge every output against the canonical answer too), False (the
     contract only), None (as its record claims: strict for 'canonical')."""
     stream = sys.stdout if stream is STDOUT else stream if stream is not None else Silent()
@@ -288,10 +290,10 @@ def run_suite(impl_name="reference", level="ci", case_filter=None, stream=STDOUT
     for case in selected:
         logits_bits, lengths = case.generate()
         for build in builds if builds is not None else [None]:
-            if build is not None and logits_bits.shape[1] > build.capacity:
-                result.skipped += 1
-                continue
             for k, block_mode in case_runs(case):
+                if build is not None and logits_bits.shape[1] > build.capacity_in(block_mode):
+                    result.skipped += 1
+                    continue
                 run = run_case(record, impl, case, logits_bits, lengths, k, block_mode, build, strict)
                 result.runs.append(run)
                 print(row_line(run), file=stream, flush=True)

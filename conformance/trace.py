@@ -6,8 +6,9 @@
   by counting, K and A by sorting the row), independently of the cluster model.
 - `trace_invariants(logits_bits, lengths, k, block_mode, trace, build=None)`: the problems
   of a trace: shape, -1 fields inconsistent with the path, q, G, kth and above against the
-  row, the fallback reason against gt + eq; with a build, also every field against
-  `expected_trace`.
+  row, the fallback reasons against gt and eq (underflow: gt + eq < k; a streamed queue's
+  overflow needs gt + min(eq, k) > STREAM_QUEUE); with a build, also every field against
+  `expected_trace` (which decides the overflow CTA by CTA from the vectors' tops).
 - `compare_traces(expected, actual)`: field-by-field mismatches, naming row and field (a
   kernel's trace against the model's).
 """
@@ -22,8 +23,9 @@ from .contract import element_keys
 FIELDS = tuple(policy.TRACE_FIELDS)
 PATH, REASON, Q, CUTOFF, GT, EQ, KTH, ABOVE = range(8)
 PATH_NAMES = {0: "short", 1: "sampled", 2: "direct"}
-REASON_NAMES = {0: "none", 2: "underflow"}  # 1 (overflow) is retired: SPEC.md 2.11
+REASON_NAMES = {0: "none", 1: "overflow", 2: "underflow"}  # overflow: a streamed queue's (SPEC.md 2.12)
 SAMPLES = policy.SAMPLES
+STREAM_QUEUE = policy.STREAM_QUEUE  # vectors a streamed CTA's queue holds (SPEC.md 2.12)
 
 
 def q_min(k):
@@ -40,7 +42,7 @@ def q_for(length, k):
 
 def kth_and_above(keys, k):
     """(K, A): the k-th largest key and the count of keys above it."""
-    kth = int(np.sort(keys)[keys.size - k])
+    kth = int(np.partition(keys, keys.size - k)[keys.size - k])
     return kth, int(np.count_nonzero(keys > kth))
 
 
@@ -69,26 +71,55 @@ def sample_positions(length, cluster):
     return np.concatenate(pos)
 
 
-def expected_row_trace(keys, length, k, block_mode, build):
-    """The trace of one row (keys: its element keys, contract.element_keys)."""
-    cluster, threads, _ = build
-    n = keys.size
+def queue_bound(gt, eq, k):
+    """An upper bound on any CTA's queue Q_c = GV_c + min(EV_c, k) of a streamed row
+    (SPEC.md 2.12) from the row's counts alone: a vector of top > cutoff holds a key above
+    it (GV_c <= G) and one of top == cutoff a key equal to it (EV_c <= E). An overflow needs
+    it above STREAM_QUEUE."""
+    return gt + min(eq, k)
+
+
+def vector_tops(keys, length):
+    """int64 [nv]: each vector's top, the largest key of its valid lanes (SPEC.md 2.2), of
+    a token row's element keys."""
     nv = -(-length // 8)
+    padded = np.full(8 * nv, -1, np.int64)
+    padded[:keys.size] = keys
+    return padded.reshape(nv, 8).max(axis=1)
+
+
+def queue_lengths(keys, length, k, cutoff, cluster):
+    """int64 [C]: Q_c = GV_c + min(EV_c, k) of a streamed token row on C CTAs (SPEC.md
+    2.12 step 3), GV_c / EV_c the vectors of CTA c's chunk whose top is above / equal to
+    the cutoff."""
+    tops = vector_tops(keys, length)
+    starts, ends = chunks(tops.size, cluster)
+    return np.array([np.count_nonzero(tops[s:e] > cutoff) + min(int(np.count_nonzero(tops[s:e] == cutoff)), k)
+                     for s, e in zip(starts.tolist(), ends.tolist())], np.int64)
+
+
+def expected_row_trace(keys, length, k, block_mode, build, kth_above=None):
+    """The trace of one row (keys: its element keys, contract.element_keys; kth_above:
+    their kth_and_above, if known)."""
+    build = policy.Build.parse(build)
+    n = keys.size
     tr = [0, 0, -1, -1, -1, -1, -1, -1]
     if n <= k:
         return tr
-    kth, above = kth_and_above(keys, k)
+    kth, above = kth_above or kth_and_above(keys, k)
     tr[PATH] = 2
     tr[KTH], tr[ABOVE] = kth, above
-    if block_mode or length <= policy.direct_max_length(cluster):
+    if block_mode or length <= policy.direct_max_length(build.cluster, build.vectors):
         return tr
     q = q_for(length, k)
-    samples = keys[sample_positions(length, cluster)]
+    samples = keys[sample_positions(length, build.cluster)]
     cutoff = int(np.sort(samples)[SAMPLES - q])
     gt = int(np.count_nonzero(keys > cutoff))
     eq = int(np.count_nonzero(keys == cutoff))
     tr[Q], tr[CUTOFF], tr[GT], tr[EQ] = q, cutoff, gt, eq
-    if gt + eq < k:
+    if build.streams and queue_lengths(keys, length, k, cutoff, build.cluster).max() > STREAM_QUEUE:
+        tr[REASON] = 1  # some CTA's queue overflowed (SPEC.md 2.12 step 3: tested first)
+    elif gt + eq < k:
         tr[REASON] = 2
     else:
         tr[PATH] = 1
@@ -124,8 +155,9 @@ def compare_traces(expected, actual):
     return [m if r < 0 else f"row {r} {m}" for r, m in trace_mismatches(expected, actual)]
 
 
-def _row_problems(keys, length, k, block_mode, tr):
-    """Build-independent checks of one row's trace; a list of messages (no row prefix)."""
+def _row_problems(keys, length, k, block_mode, tr, kth_above=None):
+    """Build-independent checks of one row's trace (kth_above: the keys' kth_and_above,
+    if known); a list of messages (no row prefix)."""
     p = []
     n = keys.size
     path, reason, q, cutoff, gt, eq, kth, above = (int(v) for v in tr)
@@ -135,16 +167,16 @@ def _row_problems(keys, length, k, block_mode, tr):
         return p
     if path not in (1, 2):
         p.append(f"path {path} for a row of n={n} > k (expected sampled 1 or direct 2)")
-    K, A = kth_and_above(keys, k)
+    K, A = kth_above or kth_and_above(keys, k)
     if kth != K:
         p.append(f"kth {kth}, the row's k-th largest key is {K}")
     if above != A:
         p.append(f"above {above}, the row has {A} keys above its k-th largest")
-    attempted = path == 1 or reason == 2
-    if reason not in (0, 2):
-        p.append(f"reason {reason} is not 0 or 2")
-    if path == 1 and reason != 0:
-        p.append(f"sampled row with fallback reason {reason}")
+    attempted = path == 1 or reason in (1, 2)
+    if reason not in REASON_NAMES:
+        p.append(f"reason {reason} is not one of {sorted(REASON_NAMES)}")
+    elif reason and path != 2:
+        p.append(f"fallback reason {reason} on path {path} (a fallback takes the direct path 2)")
     if block_mode and attempted:
         p.append("block row with a sampled attempt")
     if not attempted:
@@ -164,6 +196,9 @@ def _row_problems(keys, length, k, block_mode, tr):
         p.append(f"eq {eq}, the row has {E} keys equal to the cutoff {cutoff}")
     if reason == 2 and not gt + eq < k:
         p.append(f"underflow with gt + eq = {gt + eq} >= k")
+    if reason == 1 and not queue_bound(gt, eq, k) > STREAM_QUEUE:
+        p.append(f"overflow with gt + min(eq, k) = {queue_bound(gt, eq, k)} <= {STREAM_QUEUE}: no CTA's queue "
+                 f"can hold more")
     if reason == 0 and path == 1:
         if not k <= gt + eq:
             p.append(f"sampled row with gt + eq = {gt + eq} < k")
@@ -185,9 +220,10 @@ def trace_problems(logits_bits, lengths, k, block_mode, trace, build=None):
     for r in range(rows):
         length = int(lengths[r])
         keys = element_keys(logits_bits[r], length, block_mode).astype(np.int64)
-        problems += [(r, m) for m in _row_problems(keys, length, int(k), bool(block_mode), trace[r])]
+        kth_above = kth_and_above(keys, int(k)) if keys.size > k else None
+        problems += [(r, m) for m in _row_problems(keys, length, int(k), bool(block_mode), trace[r], kth_above)]
         if build is not None:
-            want = expected_row_trace(keys, length, int(k), bool(block_mode), build)
+            want = expected_row_trace(keys, length, int(k), bool(block_mode), build, kth_above)
             for f in range(len(FIELDS)):
                 if int(trace[r, f]) != want[f]:
                     problems.append((r, f"field {FIELDS[f]}: expected {want[f]} on build "
@@ -204,7 +240,8 @@ def trace_invariants(logits_bits, lengths, k, block_mode, trace, build=None):
 
 
 def coverage(trace):
-    """{'path:short': rows, ..., 'reason:underflow': rows} of a trace."""
+    """{'path:short': rows, ..., 'reason:overflow': rows, 'reason:underflow': rows} of a
+    trace."""
     trace = np.asarray(trace)
     cov = {}
     for p, name in PATH_NAMES.items():

@@ -321,7 +321,7 @@ def resident_for(k, block_mode=False, trace=False, device=None):
 
 def launch_slices(rows, width, k, block_mode=False, next_n=1):
     """policy.launch_slices with the library's occupancy."""
-    return policy.launch_slices(rows, width, resident_for(k, block_mode), next_n)
+    return policy.launch_slices(rows, width, resident_for(k, block_mode), next_n, block_mode)
 
 
 def decode_topk_aot(logits, lengths, k, out=None, block_mode=False, trace=None, build=None, next_n=1,

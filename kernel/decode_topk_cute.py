@@ -92,6 +92,9 @@ from .policy import (
     PROFILE_STAMPS,
     Q_MIN,
     SAMPLES,
+    STREAM_DEPTH,
+    STREAM_QUEUE,
+    STREAM_TILE,
     SURVIVOR_AIM,
     TRACE_FIELDS,
     WAVES_16,
@@ -130,8 +133,10 @@ HIST_COPIES = 8  # the selection's histograms: lane l counts into copy l mod 8
 EXCHANGES = 3  # histogram exchanges a row can need: 2 (sampled or direct), 3 (underflow, then direct)
 # Words of the "misc" region (byte offsets): the trace's cluster-wide gt and eq counters
 # (CTA 0's), the result of select (bin, above, total), the queue's length, the prefixes,
-# and the trash word the histograms' uncounted keys add into (read by nothing).
-MISC_TRACE, MISC_SELECT, MISC_QUEUED, MISC_PREFIX, MISC_TRASH = 0, 16, 32, 40, 48
+# the trash word the histograms' uncounted keys add into (read by nothing), and a streamed
+# row's count of keys == cutoff in the vectors its queues left out and of the CTAs whose
+# queue overflowed (2.12).
+MISC_TRACE, MISC_SELECT, MISC_QUEUED, MISC_PREFIX, MISC_TRASH, MISC_DROPPED, MISC_OVERFLOW = 0, 16, 32, 40, 48, 56, 60
 
 
 # ---------------------------------------------------------------------------------------
@@ -163,20 +168,31 @@ def _partial_lanes():
 
 
 @dsl_user_op
-def load_u32x4(address: Int64, valid: Int32, *, loc=None, ip=None):
+def load_u32x4(address: Int64, valid: Int32, fill: int = 0, *, loc=None, ip=None):
     """Four 32-bit words at a 16-byte aligned global address: one 16-byte load when all 8
-    lanes are valid; else only lanes < valid, one 16-bit load each, zeros elsewhere, so a
-    row's last partial vector never reads at or past the row's length (valid 0: nothing)."""
+    lanes are valid; else only lanes < valid, one 16-bit load each, `fill` (BF16 bits)
+    elsewhere, so a row's last partial vector never reads at or past the row's length
+    (valid 0: nothing)."""
     text = ("{\n.reg .pred pf, pp, p;\n.reg .b16 h<8>;\n"
             "mov.b32 $0, 0;\nmov.b32 $1, 0;\nmov.b32 $2, 0;\nmov.b32 $3, 0;\n"
             "setp.eq.s32 pf, $5, 8;\nsetp.lt.s32 pp, $5, 8;\n"
             "@pf ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];\n"
-            + "".join(f"mov.b16 h{e}, 0;\n" for e in range(8))
+            + "".join(f"mov.b16 h{e}, {int(fill)};\n" for e in range(8))
             + "setp.gt.and.s32 p, $5, 0, pp;\n@p ld.global.nc.u16 h0, [$4];\n"
             + _partial_lanes()
             + "\n@pp mov.b32 $0, {h0, h1};\n@pp mov.b32 $1, {h2, h3};\n"
             "@pp mov.b32 $2, {h4, h5};\n@pp mov.b32 $3, {h6, h7};\n}")
     return _words(_asm(_u32x4(), [Int64(address), Int32(valid)], text,
+                       "=r,=r,=r,=r,l,r,~{memory}", loc, ip), loc, ip)
+
+
+@dsl_user_op
+def load_full_u32x4(address: Int64, predicate: Int32, *, loc=None, ip=None):
+    """Four 32-bit words at a 16-byte aligned global address if predicate != 0, else
+    zeros: one 16-byte load, for vectors known to be whole."""
+    text = ("{\n.reg .pred p;\nmov.b32 $0, 0;\nmov.b32 $1, 0;\nmov.b32 $2, 0;\nmov.b32 $3, 0;\n"
+            "setp.ne.s32 p, $5, 0;\n@p ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];\n}")
+    return _words(_asm(_u32x4(), [Int64(address), Int32(predicate)], text,
                        "=r,=r,=r,=r,l,r,~{memory}", loc, ip), loc, ip)
 
 
@@ -467,21 +483,38 @@ class DecodeTopK:
         self.profile = bool(profile)
         self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
         self.samples_per_cta = SAMPLES // cluster
-        self.direct_max = direct_max_length(cluster)  # longer token rows take the sampled path (2.3)
+        # Longer token rows stream (2.12); block rows never do, so their variants carry
+        # no ring and no list.
+        self.streams = Build.of(cluster, vector_count).streams and not self.block_mode
+        self.direct_max = direct_max_length(cluster, vector_count)  # longer token rows: sampled (2.3, 2.12)
         self.q_min = Q_MIN[k]  # the least sample rank (2.4)
         # Vectors a thread loads before it stores any (4 registers each), as many as fit
         # beside the tops it keeps: 1024 threads have 64 registers a thread (4 spilled there),
         # 16 tops crowd 512 threads' 128 (8 spilled there).
-        self.load_batch = 2 if self.threads == 1024 else (4 if vector_count == 16 else 8)
+        self.load_batch = min(vector_count, 2 if self.threads == 1024 else (4 if vector_count == 16 else 8))
         slots = self.threads * vector_count
+        # The streamed build (2.12): its queue of STREAM_QUEUE vectors in the stage's place
+        # (a streamed row stages nothing) and their global indices. A tile's (slot, warp)
+        # counts are scanned in one warp: at most 32. The ranked write's grid holds a
+        # (round, warp) count for every round of the queue.
+        stage_bytes = slots * 16
+        index_regions = ()
+        self.grid_rounds = vector_count
+        self.tile_words = STREAM_TILE * self.threads * 16  # the fallback's tile queue in the stage: words, indices
+        if self.streams:
+            stage_bytes = max(stage_bytes, STREAM_QUEUE * 16)
+            index_regions = (("index", STREAM_QUEUE * 4),)
+            self.grid_rounds = max(vector_count, STREAM_QUEUE // self.threads)
+            if STREAM_TILE * self.threads // 32 > 64:
+                raise ValueError(f"a tile of {STREAM_TILE} x {self.threads} vectors has more than 64 (slot, warp) counts")
         # Shared memory, byte offsets; every size is a multiple of 16, so each region keeps
         # the stage's 16-byte alignment. "copies" .. "misc" are zeroed at the start, before
         # the cluster barrier's arrive. "exchange" holds three histogram exchanges (2.5: a
         # row's first selection uses 0 and 1; the direct path after an underflow, which used
         # only 0, uses 1 and 2), each a 256-bin total and a 256-bin prefix of the lower ranks.
-        regions = (("stage", slots * 16), ("copies", 256 * HIST_COPIES * 4), ("exchange", EXCHANGES * 2048),
+        regions = (("stage", stage_bytes), ("copies", 256 * HIST_COPIES * 4), ("exchange", EXCHANGES * 2048),
                    ("misc", 64), ("select", 1024), ("grid", 1024),
-                   ("samples", SAMPLES * 2), ("queue", slots * 2))
+                   ("samples", SAMPLES * 2), ("queue", slots * 2)) + index_regions
         self.offsets = {}
         offset = 0
         for name, size in regions:
@@ -549,6 +582,9 @@ class DecodeTopK:
         sampled = Int32(0)
         if const_expr(not self.block_mode):
             sampled = _pick((n > k) & (length > self.direct_max), 1, 0)
+        chunk = count
+        if const_expr(self.streams):
+            count = _pick(sampled == 1, 0, count)  # a streamed row stages nothing (2.12)
         self.stamp(trace_row, rank, tid, "inputs")
 
         # The sampled row's 2048 samples, read by every CTA from global memory (2.4); their
@@ -575,7 +611,11 @@ class DecodeTopK:
                     shared_store_u16(sm["samples"] + (r * nt + tid) * 2, key, sampled)
         cute.arch.sync_threads()
         self.stamp(trace_row, rank, tid, "staged")
-        cute.arch.griddepcontrol_launch_dependents()
+        # Dependents may start once the inputs are read (2.10): for a staged row that is
+        # now; a streamed row reads its row until its last write, so the streamed builds
+        # leave the trigger to their CTAs' exit.
+        if const_expr(not self.streams):
+            cute.arch.griddepcontrol_launch_dependents()
         if const_expr(self.cluster > 1):
             cute.arch.cluster_wait()  # every CTA has started and zeroed its counters
         self.stamp(trace_row, rank, tid, "started")
@@ -595,19 +635,37 @@ class DecodeTopK:
                 self.record(trace_row, rank, tid, "q", q)
                 self.record(trace_row, rank, tid, "cutoff", cutoff)
                 self.stamp(trace_row, rank, tid, "cutoff")
-                underflow, kth, above = self.select_write(sm, tid, lane, rank, tops, cutoff, sm["exchange"],
-                                                          start, count, length, nv, out_row, trace_row, True)
-                self.record(trace_row, rank, tid, "reason", underflow * 2)
-                if underflow == 0:
+                if const_expr(self.streams):
+                    reason, kth, above = self.stream_attempt(sm, tid, lane, rank, tops, row_logits, cutoff, length,
+                                                             nv, start, chunk, out_row, trace_row)
+                else:
+                    underflow, kth, above = self.select_write(sm, tid, lane, rank, tops, cutoff, sm["exchange"],
+                                                              start, count, length, nv, out_row, trace_row, True)
+                    reason = underflow * 2
+                self.record(trace_row, rank, tid, "reason", reason)
+                if reason == 0:
                     direct = Int32(0)
                     self.record(trace_row, rank, tid, "path", Int32(1))
                     self.record(trace_row, rank, tid, "kth", kth)
                     self.record(trace_row, rank, tid, "above", above)
             if direct == 1:
-                # Exchanges 0 and 1, or 1 and 2 after an underflow (which used only 0).
-                unused_under, kth, above = self.select_write(sm, tid, lane, rank, tops, Int32(0),
-                                                             sm["exchange"] + sampled * 2048, start, count, length,
-                                                             nv, out_row, trace_row, False)
+                kth = Int32(-1)
+                above = Int32(-1)
+                if const_expr(self.streams):
+                    # A streamed row that fell back reads the row again (2.12, step 5);
+                    # a staged row selects over its stage.
+                    if sampled == 1:
+                        kth, above = self.global_direct(sm, tid, lane, rank, row_logits, length, nv, start, chunk,
+                                                        out_row, trace_row)
+                    else:
+                        unused_under, kth, above = self.select_write(sm, tid, lane, rank, tops, Int32(0),
+                                                                     sm["exchange"], start, count, length, nv,
+                                                                     out_row, trace_row, False)
+                else:
+                    # Exchanges 0 and 1, or 1 and 2 after an underflow (which used only 0).
+                    unused_under, kth, above = self.select_write(sm, tid, lane, rank, tops, Int32(0),
+                                                                 sm["exchange"] + sampled * 2048, start, count,
+                                                                 length, nv, out_row, trace_row, False)
                 self.record(trace_row, rank, tid, "path", Int32(2))
                 self.record(trace_row, rank, tid, "kth", kth)
                 self.record(trace_row, rank, tid, "above", above)
@@ -707,7 +765,8 @@ class DecodeTopK:
             j = x - c * per
             first = (c * nv) // C
             m = cutlass.min((((c + 1) * nv) // C) * 8, length) - first * 8
-            p = first * 8 + ((2 * j + 1) * m) // (2 * per)
+            # In 64 bits: (2j + 1) m reaches 4095 x 1,048,576 at one CTA a row (1x512x4).
+            p = first * 8 + Int32((Int64(2 * j + 1) * Int64(m)) // Int64(2 * per))
             loaded.append((r, load_u16(row_logits + Int64(p) * 2, sampled)))
         return [(r, order_key(bits)) for r, bits in loaded]
 
@@ -764,7 +823,7 @@ class DecodeTopK:
         in "grid" (4 or 8 a lane), and (store_total) their total into shared word total_at;
         then a barrier. (The ranked write needs no total, and its grid words past the last
         round are not its counts.)"""
-        per_lane = self.vectors * (self.threads // 32) // 32
+        per_lane = self.grid_rounds * (self.threads // 32) // 32
         if tid < 32:
             counts = [shared_load_u32(sm["grid"] + (lane * per_lane + j) * 4) for j in range(per_lane)]
             total = Int32(0)
@@ -820,16 +879,16 @@ class DecodeTopK:
 
     @cute.jit
     def count_queued(self, sm, tid, lane, queued, lo, high, start, length, nv, second: cutlass.Constexpr,
-                     everything: cutlass.Constexpr):
+                     everything: cutlass.Constexpr, streamed: cutlass.Constexpr = False):
         """A histogram pass over the queue into the 8-copy histogram: round r hands entry
         r T + t to thread t. Keys below lo are not counted; the first pass counts high
         bytes, the second the low bytes of the keys whose high byte is high. everything: the
         direct path's queue, every vector of the chunk (entry e is vector e; no queue)."""
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
-            i = self.queue_entry(sm, entry, queued, everything)
-            self.count_vector(sm, tid, lane, self.vector_words(sm, i), start + i, _pick(entry < queued, 1, 0), lo,
-                              high, length, nv, second, everything)
+            i = self.queue_entry(sm, entry, queued, everything or streamed)
+            self.count_vector(sm, tid, lane, self.vector_words(sm, i), self.entry_vector(sm, i, start, streamed),
+                              _pick(entry < queued, 1, 0), lo, high, length, nv, second, everything)
 
     def count_vector(self, sm, tid, lane, words, g, present, lo, high, length, nv, second, everything):
         """Count one vector a lane (global vector g, its words; present 0: nothing) into the
@@ -877,6 +936,13 @@ class DecodeTopK:
             for e in cutlass.range_constexpr(len(bins)):
                 counted = hist + (bins[e] * HIST_COPIES + (lane & (HIST_COPIES - 1))) * 4
                 shared_add(_pick(oks[e] != 0, counted, trash), Int32(1))
+
+    def entry_vector(self, sm, i, start, streamed):
+        """The global vector of stage slot i: start + i, or (a streamed row's queue, 2.12)
+        the index stored beside it."""
+        if const_expr(streamed):
+            return shared_load_u32(sm["index"] + i * 4)
+        return start + i
 
     def queue_entry(self, sm, entry, queued, everything):
         """The local vector of queue entry `entry` (clamped to the last one, so that the
@@ -940,7 +1006,7 @@ class DecodeTopK:
 
     @cute.jit
     def write_ranked(self, sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
-                     everything: cutlass.Constexpr):
+                     everything: cutlass.Constexpr, streamed: cutlass.Constexpr = False):
         """Write this CTA's selected keys at their canonical slots (SPEC.md 1.4, 2.7): a key
         > K goes to out[gtb + min(eqb, k - A)], a key == K with eqb < k - A to out[gtb +
         eqb], gtb / eqb the row's keys > K / == K at lower indices. Round r of the queue
@@ -960,11 +1026,12 @@ class DecodeTopK:
         warp = tid >> 5
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
-            i = self.queue_entry(sm, entry, queued, everything)
+            i = self.queue_entry(sm, entry, queued, everything or streamed)
             flags = Int32(0)
             counts = Int32(0)
             if entry < queued:
-                elements = self.elements(self.vector_words(sm, i), start + i, length, nv)
+                elements = self.elements(self.vector_words(sm, i), self.entry_vector(sm, i, start, streamed), length,
+                                         nv)
                 for e in cutlass.range_constexpr(len(elements)):
                     key, ok, unused = elements[e]
                     is_gt = ok & _pick(key > kth, 1, 0)
@@ -984,13 +1051,13 @@ class DecodeTopK:
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
             if entry < queued:
-                i = self.queue_entry(sm, entry, queued, everything)
+                i = self.queue_entry(sm, entry, queued, everything or streamed)
                 flags, below = shared_load_u32x2(sm["stage"] + i * 16)
                 if flags != 0:
                     below = below + shared_load_u32(sm["grid"] + ((first // self.threads) * warps + warp) * 4)
                     rank_gt = gt_base + (below & 0xFFF)
                     rank_eq = eq_base + (below >> 12)
-                    g = start + i
+                    g = self.entry_vector(sm, i, start, streamed)
                     for e in cutlass.range_constexpr(per_vector):
                         is_gt = (flags >> e) & 1
                         is_eq = (flags >> (8 + e)) & 1
@@ -1003,20 +1070,23 @@ class DecodeTopK:
 
     @cute.jit
     def select_write(self, sm, tid, lane, rank, tops, lo, buffer, start, count, length, nv, out_row, trace_row,
-                     attempt: cutlass.Constexpr):
+                     attempt: cutlass.Constexpr, streamed: cutlass.Constexpr = False):
         """The selection among the keys >= lo (SPEC.md 2.5): queue, pass 1, exchange,
         barrier, K's high byte from the cluster's total; pass 2, exchange, barrier, its low
         byte; every CTA writes its own keys. Returns (underflow, K, A): underflow 1 (nothing
         written) when fewer than k keys are >= lo, which every CTA sees alike. attempt: the
         sampled attempt (lo its cutoff), else the direct path (lo = 0: every vector, no
-        queue and no tops, so the tops' registers are free after the sampled queue)."""
+        queue and no tops, so the tops' registers are free after the sampled queue).
+        streamed: a streamed row's queue of `count` vectors in the stage (2.12), whose keys
+        == lo left out of it (MISC_DROPPED) count towards the underflow test, and whose
+        trace counts the stream made."""
         everything = not attempt
         queued = count
-        if const_expr(attempt):
+        if const_expr(attempt and not streamed):
             queued = self.queue_vectors(sm, tid, lane, tops, lo)
-        self.stamp(trace_row, rank, tid, "queued")
-        self.count_queued(sm, tid, lane, queued, lo, Int32(-1), start, length, nv, False, everything)
-        if const_expr(attempt and self.trace):
+            self.stamp(trace_row, rank, tid, "queued")
+        self.count_queued(sm, tid, lane, queued, lo, Int32(-1), start, length, nv, False, everything, streamed)
+        if const_expr(attempt and self.trace and not streamed):
             # The trace's gt and eq: warp sums into CTA 0's counters, read after the barrier.
             gt, eq = self.tally(sm, tid, queued, lo, start, length, nv)
             gt = cute.arch.warp_redux_sync(gt, "add")
@@ -1038,10 +1108,13 @@ class DecodeTopK:
             self.record(trace_row, rank, tid, "eq", shared_load_u32(sm["misc"] + MISC_TRACE + 4))
         high, above_high, total = self.select(sm, tid, buffer, Int32(self.k))
         underflow = _pick(total < self.k, 1, 0)
+        if const_expr(streamed):  # status 2: a queue overflowed (its passes counted a part)
+            underflow = _pick(shared_load_u32(sm["misc"] + MISC_OVERFLOW) != 0, 2,
+                              _pick(total + shared_load_u32(sm["misc"] + MISC_DROPPED) < self.k, 1, 0))
         kth = Int32(-1)
         above = Int32(-1)
         if underflow == 0:
-            self.count_queued(sm, tid, lane, queued, lo, high, start, length, nv, True, everything)
+            self.count_queued(sm, tid, lane, queued, lo, high, start, length, nv, True, everything, streamed)
             cute.arch.sync_threads()
             self.stamp(trace_row, rank, tid, "pass2")
             self.exchange(sm, tid, rank, buffer + 2048)
@@ -1052,11 +1125,328 @@ class DecodeTopK:
             above = above_high + above_low
             gt_base, eq_base = self.prefix(sm, tid, lane, buffer, high, low)
             self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
-                              everything)
+                              everything, streamed)
             if const_expr(self.profile):
                 cute.arch.sync_threads()  # "placed" means the whole CTA has placed its keys
             self.stamp(trace_row, rank, tid, "placed")
         return underflow, kth, above
+
+
+    # -- the streamed path (build 1x512x4, SPEC.md 2.12) ------------------------------------
+    def stream_load(self, tid, row_logits, tile, length, start, end):
+        """This thread's words of tile `tile` (slot s: global vector tile T U + s T + tid),
+        STREAM_TILE x 4 of them: a vector's invalid lanes are not loaded (load_u32x4), and a
+        vector past the row loads nothing (zeros)."""
+        words = []
+        for s in range(STREAM_TILE):
+            g = start + tile * (STREAM_TILE * self.threads) + s * self.threads + tid
+            lanes = _pick(g < end, cutlass.min(cutlass.max(length - g * 8, Int32(0)), Int32(8)), 0)
+            words += list(self.stream_vector(row_logits + Int64(_pick(lanes > 0, g, 0)) * 16, lanes))
+        return words
+
+    @cute.jit
+    def stream_vector(self, address, lanes):
+        """One vector of the stream: a whole one in a single load; the row's partial last
+        one (one thread's, once a row) lane by lane, its invalid lanes filled with 0xFFFF
+        (key 0, the least key, so its top is its valid lanes' largest); past the row,
+        zeros (queue_tile takes no top from them)."""
+        words = load_full_u32x4(address, _pick(lanes == 8, 1, 0))
+        if (lanes > 0) & (lanes < 8):
+            words = load_u32x4(address, lanes, 0xFFFF)
+        return words
+
+    @cute.jit
+    def stream(self, sm, tid, lane, row_logits, nv, length, start, chunk, lo, need, high, out_row, base_gt, base_eq,
+               mode: cutlass.Constexpr):
+        """Read the row once from global memory, tile by tile (2.12): each thread loads its
+        own words STREAM_DEPTH - 1 tiles ahead into registers (the loads are issued before
+        the tile in hand is processed, and nothing waits on them until it is theirs), so no
+        shared memory holds the row. mode "queue": the vectors whose top is > lo, and the
+        first `need` whose top is == lo, into the queue (queue_tile); "out": each key > lo
+        and the first `need` keys == lo written to the output row (the fallback's write, lo
+        = K, need = k - A); "hist1" / "hist2": pass 1 / 2 of the selection over every key
+        (high: pass 1's bin). The CTA's chunk [start, start + chunk) of the row; "out"
+        counts from base_gt, base_eq (the keys of the CTAs before it). Returns five counts
+        (the modes' own; zeros for the passes)."""
+        per_tile = STREAM_TILE * self.threads
+        tiles = (chunk + per_tile - 1) // per_tile
+        end = start + chunk
+        ahead = STREAM_DEPTH - 1
+        # Why a loop unrolled `ahead` times over fixed buffers: a list rotated each tile
+        # compiles to register moves, and a move waits for its register's load, so every
+        # tile would wait for the load of the tile before it (measured: ~1.2 us a tile).
+        bufs = [self.stream_load(tid, row_logits, Int32(j), length, start, end) for j in range(ahead)]
+        c0 = base_gt
+        c1 = base_eq
+        c2 = Int32(0)
+        c3 = Int32(0)
+        c4 = Int32(0)
+        for first in cutlass.range(0, tiles, ahead):
+            for j in cutlass.range_constexpr(ahead):
+                tile = first + j
+                words = bufs[j]
+                vectors = []
+                for s in cutlass.range_constexpr(STREAM_TILE):
+                    # A vector past the chunk (another CTA's, loaded as zeros) is given
+                    # the index nv, so that it holds no valid lane.
+                    g = start + tile * per_tile + s * self.threads + tid
+                    vectors.append((_pick(g < end, g, nv), tuple(words[4 * s:4 * s + 4])))
+                if tile < tiles:  # the row's last unrolled step may run past it (uniform)
+                    if const_expr(mode == "hist1" or mode == "hist2"):
+                        for s in cutlass.range_constexpr(STREAM_TILE):
+                            self.count_vector(sm, tid, lane, vectors[s][1], vectors[s][0], Int32(1), Int32(0), high,
+                                              length, nv, mode == "hist2", True)
+                    elif const_expr(mode == "queue"):
+                        c0, c1, c2, c3, c4 = self.queue_tile(sm, tid, lane, tile & 1, vectors, lo, need, length,
+                                                             c0, c1, c2, c3, c4)
+                    else:
+                        c0, c1 = self.compact_tile(sm, tid, lane, tile & 1, vectors, lo, need, length, nv, c0, c1,
+                                                   out_row, False)
+                # The whole list is rebound (a loop-carried name), each buffer in its place.
+                bufs = bufs[:j] + [self.stream_load(tid, row_logits, tile + ahead, length, start, end)] + bufs[j + 1:]
+        return c0, c1, c2, c3, c4
+
+    def pair_scan(self, grid, lane, warp, slots):
+        """Every warp's exclusive scan of a tile's (slot, warp) counts in shared words grid[0
+        .. slots T/32), which is index order: this warp's base a slot, and the tile's total.
+        A lane sums one or two consecutive words (at most 64: __init__); every lane takes
+        part in every shuffle."""
+        warps = self.threads // 32
+        pairs = slots * warps
+        per = (pairs + 31) // 32
+        words = [_pick(lane * per + i < pairs, shared_load_u32(grid + cutlass.min(lane * per + i, Int32(pairs - 1)) * 4),
+                       0) for i in range(per)]
+        mine = words[0] if per == 1 else words[0] + words[1]
+        inclusive = warp_inclusive_sum(mine, lane)
+        before = inclusive - mine
+        bases = []
+        for s in range(slots):
+            j = s * warps + warp
+            base = cute.arch.shuffle_sync(before, j // per)
+            if per == 2:  # the lane's first word, when j is its second
+                base = base + _pick((j & 1) == 1, cute.arch.shuffle_sync(words[0], j >> 1), 0)
+            bases.append(base)
+        return bases, cute.arch.shuffle_sync(inclusive, 31)
+
+    @cute.jit
+    def queue_tile(self, sm, tid, lane, parity, vectors, lo, need, length, run_gv, run_ev, dropped, gt, eq):
+        """One tile of the streamed row's queue (2.12 step 2): a vector whose top is > lo
+        goes to queue slot gvb + min(evb, need), one whose top is == lo with evb < need to
+        gvb + evb (gvb / evb: the row's vectors of top > lo / == lo at lower indices: the
+        counts before the tile, the tile's (slot, warp) scan of ballot counts, the lanes
+        below), its words to the stage and its index beside them, if below STREAM_QUEUE.
+        Counts what the queue cannot show: `dropped`, the keys == lo of the vectors of top
+        == lo it leaves out, and in trace builds the row's keys > lo and == lo (gt, eq).
+        One barrier a tile: the (slot, warp) counts sit in grid half `parity`, so the next
+        tile, which stores into the other half, cannot overwrite what a slow warp still
+        reads, and the tile after it stores only after the next barrier."""
+        warps = self.threads // 32
+        warp = tid >> 5
+        below = (Int32(1) << lane) - 1
+        grid = sm["grid"] + parity * 256
+        tested = []
+        for s in cutlass.range_constexpr(len(vectors)):
+            g, words = vectors[s]
+            valid = cutlass.min(cutlass.max(length - g * 8, Int32(0)), Int32(8))
+            keys = [key_word(w) for w in words]  # a partial vector's invalid lanes: key 0 (stream_vector)
+            pair = max_u16x2(max_u16x2(keys[0], keys[1]), max_u16x2(keys[2], keys[3]))
+            top = _pick(valid > 0, cutlass.max(Int32(pair & Uint32(0xFFFF)), Int32(pair >> 16)), -1)
+            above = _pick(top > lo, 1, 0)
+            equal = _pick(top == lo, 1, 0)
+            above_lanes = ballot(above)
+            equal_lanes = ballot(equal)
+            if lane == 0:
+                shared_store_u32(grid + (s * warps + warp) * 4, popc(above_lanes) | (popc(equal_lanes) << 16))
+            tested.append((above, equal, valid, popc(above_lanes & below), popc(equal_lanes & below)))
+        cute.arch.sync_threads()
+        bases, total = self.pair_scan(grid, lane, warp, len(vectors))
+        for s in cutlass.range_constexpr(len(vectors)):
+            g, words = vectors[s]
+            above, equal, valid, above_rank, equal_rank = tested[s]
+            base = bases[s]
+            gvb = run_gv + (base & 0xFFFF) + above_rank
+            evb = run_ev + (base >> 16) + equal_rank
+            slot = gvb + _pick(above, cutlass.min(evb, need), evb)
+            take = above | (equal & _pick(evb < need, 1, 0))
+            if (take != 0) & (slot < STREAM_QUEUE):
+                shared_store_u32x4(sm["stage"] + slot * 16, words)
+                shared_store_u32(sm["index"] + slot * 4, g)
+            counted = equal & (1 - take)
+            if const_expr(self.trace):
+                counted = above | equal
+            if counted != 0:
+                keys = [key_word(w) for w in words]
+                for e in cutlass.range_constexpr(8):
+                    key = word_key(keys, e)
+                    ok = _pick(e < valid, 1, 0)
+                    dropped = dropped + (equal & (1 - take) & ok & _pick(key == lo, 1, 0))
+                    if const_expr(self.trace):
+                        gt = gt + (ok & _pick(key > lo, 1, 0))
+                        eq = eq + (ok & _pick(key == lo, 1, 0))
+        return run_gv + (total & 0xFFFF), run_ev + (total >> 16), dropped, gt, eq
+
+    @cute.jit
+    def compact_tile(self, sm, tid, lane, parity, vectors, lo, need, length, nv, run_gt, run_eq, out_row,
+                     to_list: cutlass.Constexpr):
+        """One tile of a compaction: each key > lo goes to position gtb + min(eqb, need),
+        each key == lo with eqb < need to gtb + eqb (gtb / eqb: the row's keys > lo / == lo
+        at lower indices), in the list (to_list) or the output row. Returns run_gt, run_eq
+        after the tile. In two steps, because a row's vectors rarely hold a key >= lo (4%
+        at 1M logits) yet most warps hold one such vector, and the key-by-key test would
+        cost every such warp its whole issue: (1) every lane tests its vectors' tops
+        (over all 8 lanes: a zero-filled lane past the length, +0, can only make it pass,
+        and the exact test masks it) and the hits move, in index order (ballot ranks in the
+        warp, a scan over the (slot, warp) counts), into the tile's queue in the stage;
+        (2) the queue's entries, a thread each, are tested key by key and placed (the
+        ranked write's scan over them). Three barriers a tile."""
+        warps = self.threads // 32
+        warp = tid >> 5
+        below = (Int32(1) << lane) - 1
+        ranks = []
+        for s in cutlass.range_constexpr(len(vectors)):
+            g, words = vectors[s]
+            keys = [key_word(w) for w in words]
+            pair = max_u16x2(max_u16x2(keys[0], keys[1]), max_u16x2(keys[2], keys[3]))
+            top = cutlass.max(Int32(pair & Uint32(0xFFFF)), Int32(pair >> 16))
+            hit = _pick(top >= lo, 1, 0)
+            hits = ballot(hit)
+            if lane == 0:
+                shared_store_u32(sm["grid"] + (s * warps + warp) * 4, popc(hits))
+            ranks.append((hit, popc(hits & below)))
+        cute.arch.sync_threads()
+        slot_bases, queued = self.pair_scan(sm["grid"], lane, warp, len(vectors))
+        for s in cutlass.range_constexpr(len(vectors)):
+            g, words = vectors[s]
+            hit, rank_in_warp = ranks[s]
+            slot = slot_bases[s] + rank_in_warp
+            if hit != 0:
+                shared_store_u32x4(sm["stage"] + slot * 16, words)
+                shared_store_u32(sm["stage"] + self.tile_words + slot * 4, g)
+        cute.arch.sync_threads()
+        for first in cutlass.range(0, queued, self.threads):
+            entry = first + tid
+            present = _pick(entry < queued, 1, 0)
+            at = cutlass.min(entry, queued - 1)
+            words = shared_load_u32x4(sm["stage"] + at * 16)
+            g = shared_load_u32(sm["stage"] + self.tile_words + at * 4)
+            keys = [key_word(w) for w in words]
+            valid = _pick(present != 0, length - g * 8, 0)
+            gt_bits = Int32(0)
+            eq_bits = Int32(0)
+            for e in cutlass.range_constexpr(8):
+                key = word_key(keys, e)
+                ok = _pick(e < valid, 1, 0)
+                gt_bits = gt_bits | ((ok & _pick(key > lo, 1, 0)) << e)
+                eq_bits = eq_bits | ((ok & _pick(key == lo, 1, 0)) << e)
+            count = popc(gt_bits) | (popc(eq_bits) << 16)
+            bases, total = self.tile_scan(sm, tid, lane, (first // self.threads) & 1, [count],
+                                          [warp_inclusive_sum(count, lane)])
+            if (gt_bits | eq_bits) != 0:
+                rank_gt = run_gt + (bases[0] & 0xFFFF)
+                rank_eq = run_eq + (bases[0] >> 16)
+                for e in cutlass.range_constexpr(8):
+                    is_gt = (gt_bits >> e) & 1
+                    is_eq = (eq_bits >> e) & 1
+                    if const_expr(to_list):
+                        self.place_list(sm, word_key(keys, e), g * 8 + e, is_gt, is_eq, rank_gt, rank_eq, need)
+                    else:
+                        self.place(out_row, g * 8 + e, is_gt, is_eq, rank_gt, rank_eq, need)
+                    rank_gt = rank_gt + is_gt
+                    rank_eq = rank_eq + is_eq
+            run_gt = run_gt + (total & 0xFFFF)
+            run_eq = run_eq + (total >> 16)
+        return run_gt, run_eq
+
+    @cute.jit
+    def tile_scan(self, sm, tid, lane, parity, counts, inclusives):
+        """The scan of one tile (or list round) in (slot, warp, lane) order, which is index
+        order: counts holds this lane's packed count (gt | eq << 16; a tile has at most
+        8 T U < 65,536 keys, so no field carries) a slot and inclusives its warp's
+        inclusive sum up to this lane. Returns each slot's exclusive base for this lane
+        within the tile and the tile's total. One barrier: the (slot, warp) totals sit in
+        grid half `parity`, so the next tile, which stores into the other half, cannot
+        overwrite what a slow warp still reads, and the tile after it stores only after
+        the next barrier, which every warp passes after its reads."""
+        warps = self.threads // 32
+        warp = tid >> 5
+        grid = sm["grid"] + 256 + parity * 128  # past compact_tile's (slot, warp) counts
+        for s in cutlass.range_constexpr(len(counts)):
+            if lane == 31:
+                shared_store_u32(grid + (s * warps + warp) * 4, inclusives[s])
+        cute.arch.sync_threads()
+        pairs = len(counts) * warps  # at most 32 (__init__): one a lane
+        mine = _pick(lane < pairs, shared_load_u32(grid + cutlass.min(lane, Int32(pairs - 1)) * 4), 0)
+        inclusive = warp_inclusive_sum(mine, lane)
+        before = inclusive - mine
+        bases = [inclusives[s] - counts[s] + cute.arch.shuffle_sync(before, s * warps + warp)
+                 for s in range(len(counts))]
+        return bases, cute.arch.shuffle_sync(inclusive, 31)
+
+    def cluster_add(self, sm, word, value, predicate, to_all):
+        """Add value into misc word `word` of every CTA of the row (to_all) or of CTA 0,
+        if predicate != 0: DSMEM reductions, or at one CTA a row its own shared memory."""
+        if const_expr(self.cluster == 1):
+            shared_red(sm["misc"] + word, value, predicate)
+        else:
+            for p in range(self.cluster if to_all else 1):
+                cluster_red(peer_address(sm["misc"] + word, Int32(p)), value, predicate)
+
+    @cute.jit
+    def stream_attempt(self, sm, tid, lane, rank, tops, row_logits, cutoff, length, nv, start, chunk, out_row,
+                       trace_row):
+        """The streamed row (2.12 steps 2-4): each CTA streams its chunk into its queue;
+        then the selection of 2.5 over the queues. What the queues cannot show is summed
+        over the cluster before the selection's first exchange barrier: the keys == cutoff
+        they left out, the CTAs whose queue overflowed, and (trace builds) the row's keys
+        > cutoff and == cutoff. Returns (reason, K, A): reason 2 (underflow) or 1
+        (overflow) with nothing written, else 0."""
+        gv, ev, dropped, gt, eq = self.stream(sm, tid, lane, row_logits, nv, length, start, chunk, cutoff,
+                                              Int32(self.k), Int32(-1), out_row, Int32(0), Int32(0), "queue")
+        queued = gv + cutlass.min(ev, Int32(self.k))
+        # The last tile's entries are stored by the threads that met them, and pass 1 reads
+        # each entry in another thread (racecheck saw it: bench/NOTES.md session 10).
+        cute.arch.sync_threads()
+        first = _pick(lane == 0, 1, 0)
+        self.cluster_add(sm, MISC_DROPPED, cute.arch.warp_redux_sync(dropped, "add"), first, True)
+        self.cluster_add(sm, MISC_OVERFLOW, Int32(1), _pick((tid == 0) & (queued > STREAM_QUEUE), 1, 0), True)
+        if const_expr(self.trace):
+            self.cluster_add(sm, MISC_TRACE, cute.arch.warp_redux_sync(gt, "add"), first, False)
+            self.cluster_add(sm, MISC_TRACE + 4, cute.arch.warp_redux_sync(eq, "add"), first, False)
+        self.stamp(trace_row, rank, tid, "queued")
+        status, kth, above = self.select_write(sm, tid, lane, rank, tops, cutoff, sm["exchange"], Int32(0),
+                                               cutlass.min(queued, Int32(STREAM_QUEUE)), length, nv, out_row,
+                                               trace_row, True, True)
+        return _pick(status == 1, 2, _pick(status == 2, 1, 0)), kth, above
+
+    @cute.jit
+    def global_direct(self, sm, tid, lane, rank, row_logits, length, nv, start, chunk, out_row, trace_row):
+        """The direct path from global memory (2.12 step 5): passes 1 and 2 over every key
+        of each CTA's chunk, streamed, into the 8-copy histogram and exchange buffers 1 and
+        2 (the attempt used at most 0), then each CTA's compaction with K and k - A into
+        the output row, counted from the keys > K and == K of the CTAs before it (the
+        exchanges' prefixes). Returns (K, A)."""
+        buffer = sm["exchange"] + 2048
+        self.stream(sm, tid, lane, row_logits, nv, length, start, chunk, Int32(0), Int32(0), Int32(-1), out_row,
+                    Int32(0), Int32(0), "hist1")
+        cute.arch.sync_threads()
+        self.stamp(trace_row, rank, tid, "pass1")
+        self.exchange(sm, tid, rank, buffer)
+        self.barrier()
+        high, above_high, unused = self.select(sm, tid, buffer, Int32(self.k))
+        self.stream(sm, tid, lane, row_logits, nv, length, start, chunk, Int32(0), Int32(0), high, out_row,
+                    Int32(0), Int32(0), "hist2")
+        cute.arch.sync_threads()
+        self.stamp(trace_row, rank, tid, "pass2")
+        self.exchange(sm, tid, rank, buffer + 2048)
+        self.barrier()
+        low, above_low, unused2 = self.select(sm, tid, buffer + 2048, self.k - above_high)
+        kth = (high << 8) | low
+        above = above_high + above_low
+        gt_base, eq_base = self.prefix(sm, tid, lane, buffer, high, low)
+        self.stream(sm, tid, lane, row_logits, nv, length, start, chunk, kth, self.k - above, Int32(-1), out_row,
+                    gt_base, eq_base, "out")
+        self.stamp(trace_row, rank, tid, "placed")
+        return kth, above
 
 
 # ---------------------------------------------------------------------------------------
@@ -1190,7 +1580,7 @@ def supports_decode_topk(logits, k: int, block_mode: bool = False) -> bool:
     stride, 16-byte aligned rows, a width some build holds, rows within the 16-CTA
     build's two waves (check_logits, which raises the ValueError decode_topk would)."""
     try:
-        check_logits(logits, k, resident_for(k, block_mode))
+        check_logits(logits, k, resident_for(k, block_mode), block_mode=block_mode)
     except ValueError:
         return False
     return True

@@ -28,7 +28,8 @@ SAMPLES = 2048  # sampled path: samples a row
 # of 2048 samples of n logits number about Gamma(q) n / 2048 (mean q, deviation sqrt(q) in
 # those units), so q - 2 sqrt(q) >= 2048 k / 1,048,576 keeps k of them two deviations
 # below the mean at the widest row: q >= (1 + sqrt(1 + k / 512))^2. (Four deviations,
-# Q_MIN = {18, 20, 24}, cost 10-14% of a 1M row's time on the H200: bench/NOTES.md session 8.)
+# Q_MIN = {18, 20, 24}, cost 11-14% of CTA 0's cycles at 524,288-1,048,576 logits on the
+# H200: bench/NOTES.md session 8.)
 SURVIVOR_AIM = 2560
 Q_MIN = {512: 6, 1024: 8, 2048: 11}
 KS = (512, 1024, 2048)
@@ -69,9 +70,25 @@ class Build(typing.NamedTuple):
         return f"{self.cluster}x{self.threads}x{self.vectors}"
 
     @property
-    def capacity(self):
-        """Logits a row of this build may hold."""
+    def stage(self):
+        """Logits a row's cluster stages in shared memory: C T V 8."""
         return self.cluster * self.threads * self.vectors * LOGITS_PER_VECTOR
+
+    @property
+    def streams(self):
+        """Whether token rows longer than the stage stream from global memory (SPEC.md
+        2.12): the builds of one and two CTAs of STREAM_VECTORS vectors a thread."""
+        return self.cluster in (1, 2) and self.vectors == STREAM_VECTORS
+
+    @property
+    def capacity(self):
+        """Logits a token row of this build may hold: its stage, or MAX_WIDTH where it
+        streams (block rows: capacity_in)."""
+        return MAX_WIDTH if self.streams else self.stage
+
+    def capacity_in(self, block_mode):
+        """Logits a row of this build may hold in this mode: block rows never stream."""
+        return self.stage if block_mode else self.capacity
 
     def __str__(self):
         return self.name
@@ -107,9 +124,21 @@ class Build(typing.NamedTuple):
         return cls(*parts)
 
 
+# The streamed builds (SPEC.md 2.12): one or two CTAs of 512 threads staging 4 vectors a
+# thread (16,384 or 32,768 logits); each CTA streams its chunk of a longer token row from
+# global memory into a queue of at most STREAM_QUEUE vectors, in tiles of STREAM_TILE
+# vectors a thread, each thread's loads STREAM_DEPTH - 1 tiles ahead of the tile it tests.
+STREAM_VECTORS = 4
+STREAM_QUEUE = 8192
+STREAM_TILE = 4
+STREAM_DEPTH = 3
+
 # The builds of SPEC.md 2.1.
 BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in
-               ((8, 8), (4, 8), (8, 16), (16, 16), (1, 8), (1, 16), (2, 8), (2, 16)))
+               ((8, 8), (4, 8), (8, 16), (16, 16), (1, 8), (1, 16), (2, 8), (2, 16), (1, STREAM_VECTORS),
+                (2, STREAM_VECTORS)))
+STREAM = Build.of(1, STREAM_VECTORS)
+STREAM_2 = Build.of(2, STREAM_VECTORS)
 
 
 class Variant(typing.NamedTuple):
@@ -162,11 +191,15 @@ DIRECT_VECTORS_CLUSTER = 2
 TWO_CTA_FIRST_WIDTH = 8192
 
 
-def direct_max_length(cluster):
+def direct_max_length(cluster, vectors=None):
     """The longest token row (in logits) that takes the direct path with no sampled attempt
     at `cluster` CTAs a row (SPEC.md 2.3): 8 C T d, d = DIRECT_VECTORS vectors a thread
     (32,768 logits at 1 and 2 CTAs, 65,536 at 4 and 8, 131,072 at 16), below which the
-    direct path was measured faster than the sampled one (bench/NOTES.md, sessions 6, 7)."""
+    direct path was measured faster than the sampled one (bench/NOTES.md, sessions 6, 7);
+    on the streamed builds (`vectors` = STREAM_VECTORS at one or two CTAs) their stage,
+    16,384 or 32,768 logits, past which their rows stream (SPEC.md 2.12)."""
+    if vectors is not None and Build.of(cluster, vectors).streams:
+        return Build.of(cluster, vectors).stage
     return 8 * cluster * threads_for(cluster) * DIRECT_VECTORS.get(cluster, DIRECT_VECTORS_CLUSTER)
 
 
@@ -197,30 +230,73 @@ def cluster_for(rows, width, resident):
     return 16
 
 
-def build_for(rows, width, resident):
+# Where token batches stream (SPEC.md 2.1, 2.12; measured on the H200, bench/NOTES.md
+# sessions 9 and 10): STREAM_ROWS rows or more wider than STREAM_WIDTH logits, rows wider
+# than 65,536 logits past the resident 2x512x16 clusters (which would run in waves), and
+# rows past the 16-CTA build's WAVES_16 waves. They take 1x512x4 when 2x512x4's clusters
+# would run in waves and the rows are at most STREAM_1_WIDTH logits wide, else 2x512x4
+# (one CTA's queue overflows on about 8% of 1,048,576-logit rows at k = 2048).
+STREAM_ROWS = 32
+STREAM_WIDTH = 131072
+STREAM_1_WIDTH = 524288
+
+
+def streams_for(rows, width, resident, block_mode=False):
+    """Whether rows x width takes a streamed build (SPEC.md 2.1): token mode only, rows
+    wider than 65,536 logits, and STREAM_ROWS rows or more past STREAM_WIDTH logits, or
+    more rows than 2x512x16 keeps resident up to it, or rows past the 16-CTA build's
+    WAVES_16 waves. (resident is asked only where its answer decides: under the JIT a
+    query compiles the build.)"""
+    if block_mode or width <= Build.of(1, 16).stage:
+        return False
+    if width <= STREAM_WIDTH:
+        return rows > resident(Build.of(2, 16))
+    if rows >= STREAM_ROWS:
+        return True
+    return width > Build.of(8, 16).stage and rows > WAVES_16 * resident(Build.of(16, 16))
+
+
+def stream_build_for(rows, width, resident):
+    """The streamed build of a streaming batch (SPEC.md 2.1): 1x512x4 when its rows
+    outnumber the resident 2x512x4 clusters and are at most STREAM_1_WIDTH logits wide,
+    else 2x512x4."""
+    if width <= STREAM_1_WIDTH and rows > resident(STREAM_2):
+        return STREAM
+    return STREAM_2
+
+
+def build_for(rows, width, resident, block_mode=False):
     """The Build that runs rows x width (SPEC.md 2.1)."""
+    if streams_for(rows, width, resident, block_mode):
+        return stream_build_for(rows, width, resident)
     cluster = cluster_for(rows, width, resident)
     return Build.of(cluster, vectors_for(width, cluster))
 
 
-def max_rows(width, resident):
-    """The most rows one launch takes at this width: unbounded (None) except for the
-    16-CTA build, which takes at most WAVES_16 waves."""
+def max_rows(width, resident, block_mode=False):
+    """The most rows one launch takes at this width: unbounded (None) except for block
+    rows on the 16-CTA build, which takes at most WAVES_16 waves (token rows past them
+    stream)."""
     check_width(width)
-    if width <= Build.of(8, 16).capacity:
+    if not block_mode or width <= Build.of(8, 16).capacity:
         return None
     return WAVES_16 * resident(Build.of(16, 16))
 
 
 def precompile_builds(max_width):
-    """The builds build_for picks at any width up to max_width for any row count: each
-    build's widest row (capped at max_width), with one row resident and with two rows of
-    which only one is, or two of one build (so 8x512x8, the 2-CTA builds, 4x1024x8 and
-    the 1-CTA builds all appear)."""
+    """The builds build_for picks at any width up to max_width for any row count, in
+    either mode: each build's widest row (capped at max_width) and the first width past
+    65,536 and past STREAM_WIDTH logits, at 1, 2 and STREAM_ROWS rows, with one cluster
+    of every build resident, with two of one build, or STREAM_ROWS of every build (so
+    8x512x8, the 2-CTA builds, 4x1024x8, the 1-CTA builds and both streamed builds all
+    appear where a width reaches them)."""
     check_width(max_width)
-    widths = {min(max_width, build.capacity) for build in BUILDS}
-    tables = [lambda build: 1] + [lambda build, two=two: 2 if build == two else 1 for two in BUILDS]
-    return sorted({build_for(rows, width, resident) for width in widths for rows in (1, 2) for resident in tables})
+    widths = {min(max_width, w) for w in
+              {build.stage for build in BUILDS} | {Build.of(1, 16).stage + 1, STREAM_WIDTH + 1}}
+    tables = ([lambda build: 1, lambda build: STREAM_ROWS] +
+              [lambda build, two=two: 2 if build == two else 1 for two in BUILDS])
+    return sorted({build_for(rows, width, resident, block_mode) for width in widths for rows in (1, 2, STREAM_ROWS)
+                   for resident in tables for block_mode in (False, True)})
 
 
 # ---------------------------------------------------------------------------------------
@@ -257,7 +333,7 @@ def _check_int32(name, tensor, shape, device, align=None):
         raise ValueError(f"{name} base address {tensor.data_ptr():#x} is not {align}-byte aligned")
 
 
-def check_logits(logits, k, resident=None, memory=True):
+def check_logits(logits, k, resident=None, memory=True, block_mode=False):
     """Raise ValueError naming the bad value unless DecodeTopK takes these logits with this
     k (SPEC.md 1.5): CUDA bfloat16 [rows, width], unit inner stride, rows 16-byte aligned,
     a width some build holds and, when resident(build) is given (the launch policy's
@@ -289,12 +365,12 @@ def check_logits(logits, k, resident=None, memory=True):
         raise ValueError(f"rows={rows} does not fit an int32")
     check_width(width)
     if resident is not None:
-        _check_rows(rows, width, resident)
+        _check_rows(rows, width, resident, block_mode)
     return row_stride
 
 
-def _check_rows(rows, width, resident):
-    limit = max_rows(width, resident)
+def _check_rows(rows, width, resident, block_mode):
+    limit = max_rows(width, resident, block_mode)
     if limit is not None and rows > limit:
         raise ValueError(f"rows={rows} of width {width} exceed the 16-CTA build's {WAVES_16} waves "
                          f"({limit} rows on this device)")
@@ -318,7 +394,7 @@ def check_arguments(logits, lengths, k, out, next_n=1, trace=None, trace_width=l
 
 
 def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_width=len(TRACE_FIELDS),
-                 build=None):
+                 build=None, block_mode=False):
     """Raise ValueError naming the bad value unless one DecodeTopK launch takes these
     arguments (SPEC.md 1.5); else return (build, row_stride): the Build to launch
     (build_for(rows, width, resident), or `build` (anything Build.parse takes), checked to
@@ -330,10 +406,12 @@ def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_
     row_stride = check_arguments(logits, lengths, k, out, next_n, trace, trace_width)
     rows, width = logits.shape
     if chosen is None:
-        _check_rows(rows, width, resident)
-        return build_for(rows, width, resident), row_stride
-    if width > chosen.capacity:
-        raise ValueError(f"build {chosen.name} holds rows of up to {chosen.capacity} logits, not {width}")
+        _check_rows(rows, width, resident, block_mode)
+        return build_for(rows, width, resident, block_mode), row_stride
+    capacity = chosen.capacity_in(block_mode)
+    if width > capacity:
+        raise ValueError(f"build {chosen.name} holds {'block' if block_mode else 'token'} rows of up to "
+                         f"{capacity} logits, not {width}")
     return chosen, row_stride
 
 
@@ -392,7 +470,8 @@ def launch(launcher, logits, lengths, k, out=None, block_mode=False, trace=None,
     def resident(b):
         return launcher.resident(Variant(k, b, block_mode, traced), device)
 
-    chosen, row_stride = check_inputs(logits, lengths, k, out, resident, next_n, trace, build=build)
+    chosen, row_stride = check_inputs(logits, lengths, k, out, resident, next_n, trace, build=build,
+                                      block_mode=block_mode)
     if check_lengths_first:
         check_lengths(lengths, logits.shape[1], next_n)
     if logits.shape[0] == 0:
@@ -401,10 +480,10 @@ def launch(launcher, logits, lengths, k, out=None, block_mode=False, trace=None,
     return out
 
 
-def launch_slices(rows, width, resident, next_n=1):
+def launch_slices(rows, width, resident, next_n=1, block_mode=False):
     """Row slices of at most max_rows(width, resident) rows, each a whole number of
     next_n-row requests: how to launch more rows than one launch takes (the benchmarks
     and the soak; `launch` itself refuses them)."""
-    limit = max_rows(width, resident) or rows
+    limit = max_rows(width, resident, block_mode) or rows
     limit = max(next_n, limit - limit % next_n)
     return [slice(s, min(rows, s + limit)) for s in range(0, rows, limit)]

@@ -6,8 +6,11 @@ length (2.2), the path choice (2.3), the sampled path with its 2048 samples and 
 histogram passes with 8 copies (2.8), the exchange that gives every CTA the cluster's
 histogram and the prefix of the CTAs below it, and the ranked write of its own selected
 keys at their canonical positions (1.4, 2.7); the radix selection of the cutoff (2.6)
-and the underflow fallback. It returns the output and the trace of SPEC.md 2.11, so a
-kernel's trace can be compared with it field by field.
+and the underflow fallback; and on the streamed builds (1x512x4, 2x512x4: 2.12) each
+CTA's stream of its chunk of a long token row in tiles into its queue of the vectors that
+can hold a selected key, the selection over those queues, and the direct path from global
+memory after an overflow or underflow. It returns the output and the trace of SPEC.md
+2.11, so a kernel's trace can be compared with it field by field.
 
 Nothing is left to the order of atomics: every position is a prefix count over CTA rank
 and (round, thread) order, which is index order, so the model's output is *the*
@@ -17,9 +20,11 @@ UNWRITTEN (-2), which no valid answer contains.
 Mutants. The per-row code takes an integer `mutant`; 0 is the algorithm, any other value
 one planted bug of `MUTANTS` (name -> (id, description)), used by the mutation campaign
 (`python -m decode_topk.conformance.mutation`) to show that the conformance suite observes a bug in
-each step. A write that would leave the output row, or a second write to one slot (a
-race between CTAs, which no sanitizer sees in global memory: the model does), is not performed; the row's error count
-records it and `simulate` raises RuntimeError, as a sanitizer would stop the kernel.
+each step. A write that would leave the output row or a streamed queue, or a second write
+to one slot (a race between CTAs or threads, which no sanitizer sees in global memory: the
+model does), is not performed, and a read of a queue entry never written is not either;
+the row's error count records it and `simulate` raises RuntimeError, as a sanitizer would
+stop the kernel.
 """
 
 import numpy as np
@@ -35,7 +40,7 @@ SAMPLES = policy.SAMPLES  # 2048
 SURVIVOR_AIM = policy.SURVIVOR_AIM  # q aims at k + 2560 keys at or above the cutoff
 UNWRITTEN = -2
 PATH_SHORT, PATH_SAMPLED, PATH_DIRECT = 0, 1, 2
-REASON_NONE, REASON_UNDERFLOW = 0, 2  # reason 1 (overflow) is retired: SPEC.md 2.11
+REASON_NONE, REASON_OVERFLOW, REASON_UNDERFLOW = 0, 1, 2  # overflow: a streamed queue's (2.11, 2.12)
 COPIES = 8  # histogram copies of the selection's passes (2.8)
 
 # ---------------------------------------------------------------------------------------
@@ -49,8 +54,9 @@ _mutant = MUTANTS.add
 Q_FLOOR = _mutant("q_floor", "q = floor(2048 (k + 2560) / length): rounded down instead of up")
 Q_MIN_ONE = _mutant("q_min_one", "q clamped to [1, 2048] (no least rank Q_MIN[k]): the widest rows underflow")
 # (q_clamp_cta, q clamped to [1, 2048 / C], is retired: since SPEC 2.3's d of session 7 a
-# sampled row is longer than D, so q <= ceil(2048 (2048 + 2560) / (D + 1)): 288 at C <= 2,
-# 144 at 4 and 8, 72 at 16, always below 2048 / C, and that clamp changes nothing.)
+# sampled row is longer than D, so q <= ceil(2048 (2048 + 2560) / (D + 1)): 576 on the
+# streamed 1x512x4 (D = 16,384), 288 on the other builds of C <= 2, 144 at 4 and 8, 72 at
+# 16, always below 2048 / C, and that clamp changes nothing.)
 CUTOFF_PLUS = _mutant("cutoff_plus_one", "sampled cutoff one key above the q-th largest sample")
 CUTOFF_MINUS = _mutant("cutoff_minus_one", "sampled cutoff one key below the q-th largest sample")
 SAMPLE_SHIFT = _mutant("sample_shift", "sample positions shifted one logit right")
@@ -105,6 +111,46 @@ POS_NO_MIN = _mutant("pos_no_min", "gt slot gtb + eqb, not gtb + min(eqb, k - A)
 EQ_NEED_INCLUSIVE = _mutant("eq_need_inclusive", "eq key kept while eqb <= k - A (one too many)")
 EQ_HIGHEST_INDEX = _mutant("eq_highest_index", "the highest-index keys == K kept, not the lowest")
 UNDERFLOW_GT_ONLY = _mutant("underflow_gt_only", "underflow when G < k (keys equal to the cutoff ignored)")
+
+# The streamed path of 1x512x4 and 2x512x4 (SPEC.md 2.12): each CTA's stream of its chunk in
+# tiles into its queue of vectors, the queue's overflow, the keys == cutoff it leaves out,
+# and the direct path from global memory after an overflow or underflow.
+STREAM_AT_STAGE = _mutant("stream_at_stage",
+                          "the streamed builds stream a row of exactly their stage too (length >= D)")
+QUEUE_EQ_K1 = _mutant("queue_eq_budget_k_minus_1",
+                      "a CTA's queue takes k - 1 vectors of top == cutoff, not k (slot gvb + min(evb, k - 1))")
+QUEUE_EQ_UNLIMITED = _mutant("queue_eq_unlimited", "a CTA's queue takes every vector of top == cutoff: Q = GV + EV")
+QUEUE_GT_ONLY = _mutant("queue_gt_only", "a CTA's queue takes only the vectors of top > cutoff: Q = GV")
+QUEUE_EQ_ROW = _mutant("queue_eq_budget_row",
+                       "a CTA's evb counts the row's vectors of top == cutoff before it, the lower CTAs' too")
+QUEUE_STORE_PAST = _mutant("queue_store_past_capacity",
+                           "queue slot STREAM_QUEUE stored too (one past the queue)")
+OVERFLOW_AT_CAP = _mutant("overflow_at_capacity",
+                          "overflow when a CTA's Q >= STREAM_QUEUE (a full queue falls back)")
+OVERFLOW_EV_IGNORED = _mutant("overflow_ev_ignored",
+                              "overflow when a CTA's GV > STREAM_QUEUE (its vectors of top == cutoff ignored)")
+OVERFLOW_UNCAPPED = _mutant("overflow_ev_uncapped",
+                            "overflow when a CTA's GV + EV > STREAM_QUEUE (EV not capped at k: A.4's old rule)")
+OVERFLOW_ROW = _mutant("overflow_over_row", "overflow when the CTAs' Q sum past STREAM_QUEUE (not some CTA's Q)")
+OVERFLOW_LAST_LOST = _mutant("overflow_last_cta_lost", "the last CTA's overflow never reaches the cluster")
+OVERFLOW_DROPPED = _mutant("overflow_dropped",
+                           "no overflow rule: the selection reads the first STREAM_QUEUE entries of a longer queue")
+DROPPED_COUNTS_QUEUED = _mutant("dropped_counts_queued",
+                                "D counts the keys == cutoff of every vector of top == cutoff, the queued ones too")
+TILE_BASE_DROPPED = _mutant("tile_base_dropped",
+                            "each tile's queue slots restart at 0 (the tiles before it not counted)")
+TILE_THREAD_MAJOR = _mutant("tile_thread_major",
+                            "a tile's vectors queued thread-major (t, s), not in index order (s, t)")
+TILE_SCAN_INCLUSIVE = _mutant("tile_scan_inclusive", "a tile's gvb includes the vector's own top > cutoff")
+TRACE_COUNTS_QUEUE = _mutant("trace_counts_queue",
+                             "a streamed row's trace E counts its queues' keys == cutoff only (not the row's)")
+FALLBACK_FROM_QUEUE = _mutant("fallback_from_queue",
+                              "the direct path after a streamed attempt selects over the queues, not every key")
+FALLBACK_NEED_K = _mutant("fallback_need_k", "the direct path from global memory writes with need k, not k - A")
+FALLBACK_TILE_BASE = _mutant("fallback_tile_base_dropped",
+                             "the direct path from global memory: each tile's slots restart at the CTA's base")
+FALLBACK_THREAD_MAJOR = _mutant("fallback_tile_thread_major",
+                                "the direct path from global memory places a tile's keys thread-major (t, s)")
 
 MUTANT_NAMES = {v[0]: k for k, v in MUTANTS.items()}
 
@@ -298,15 +344,55 @@ def _around(ekey, ecnt, W, g, key):
 
 
 @njit(cache=True)
+def _position(kk, K, gtb, eqb, need, A, eq_total, mutant):
+    """The slot of a key (1.4) with gtb keys > K and eqb keys == K before it: a key > K
+    goes to gtb + min(eqb, need), a key == K with eqb < need to gtb + eqb (need = k - A of
+    the ranked writes and of the direct path from global memory);
+    -1: not written. eq_total (the keys == K in all) and A serve two mutants only."""
+    if kk > K:
+        if mutant == POS_GT_FIRST:
+            return gtb
+        if mutant == POS_NO_MIN:
+            return gtb + eqb
+        if mutant == EQ_HIGHEST_INDEX:
+            return gtb + max(0, eqb - (eq_total - need))
+        return gtb + min(eqb, need)  # the keys == K before it that are selected
+    if kk == K:
+        take = eqb < need
+        if mutant == EQ_NEED_INCLUSIVE:
+            take = eqb <= need
+        elif mutant == DIRECT_EQ_UNLIMITED:
+            take = True
+        elif mutant == EQ_HIGHEST_INDEX:
+            take = eqb >= eq_total - need
+        if take:
+            if mutant == EQ_HIGHEST_INDEX:
+                return gtb + eqb - (eq_total - need)
+            if mutant == POS_GT_FIRST:
+                return A + eqb
+            return gtb + eqb
+    return -1
+
+
+@njit(cache=True)
+def _put(dest, pos, value):
+    """dest[pos] = value unless pos is outside dest or dest[pos] was written already (a
+    race), which is not performed: returns 1 for such a wild write, else 0."""
+    if pos < 0 or pos >= dest.shape[0] or dest[pos] != UNWRITTEN:
+        return 1
+    dest[pos] = value
+    return 0
+
+
+@njit(cache=True)
 def _write_cta(ekey, ecnt, W, start, queue, qlen, T, K, A, k, gt_base, eq_base, eq_total, mutant,
                out, cg, ce, block):
     """The ranked write of one CTA (1.4, 2.7): its queue in rounds of T entries, entry
     x = r T + t unpacked by thread t; the (gt, eq) counts of the entries before it (the
-    kernel: one CTA scan over every round's counts, in index order); each key
-    > K goes to out[gtb + min(eqb, k - A)] and each key == K with eqb < k - A to
-    out[gtb + eqb], where gtb / eqb count the row's keys > K / == K at lower indices
-    (gt_base / eq_base: those of the lower ranks). Returns wild writes: outside the row, or
-    to a slot already written."""
+    kernel: one CTA scan over every round's counts, in index order); each key at its slot
+    of _position, gtb / eqb counting the row's keys > K / == K at lower indices (gt_base /
+    eq_base: those of the lower ranks). Returns wild writes: outside the row, or to a slot
+    already written."""
     need = k - A
     wild = 0
     run_gt = gt_base
@@ -327,38 +413,13 @@ def _write_cta(ekey, ecnt, W, start, queue, qlen, T, K, A, k, gt_base, eq_base, 
             g = start + queue[r0 + j]
             for e in range(ecnt[g]):
                 kk = ekey[g * W + e]
-                pos = -1
-                if kk > K:
-                    chosen = min(re, need)  # eq keys before it that are selected
-                    if mutant == EQ_HIGHEST_INDEX:
-                        chosen = max(0, re - (eq_total - need))
-                    pos = rg + chosen
-                    if mutant == POS_GT_FIRST:
-                        pos = rg
-                    elif mutant == POS_NO_MIN:
-                        pos = rg + re
-                    if mutant != GT_RANK_COLLIDE:
-                        rg += 1
+                pos = _position(kk, K, rg, re, need, A, eq_total, mutant)
+                if kk > K and mutant != GT_RANK_COLLIDE:
+                    rg += 1
                 elif kk == K:
-                    take = re < need
-                    if mutant == EQ_NEED_INCLUSIVE:
-                        take = re <= need
-                    elif mutant == DIRECT_EQ_UNLIMITED:
-                        take = True
-                    elif mutant == EQ_HIGHEST_INDEX:
-                        take = re >= eq_total - need
-                    if take:
-                        pos = rg + re
-                        if mutant == EQ_HIGHEST_INDEX:
-                            pos = rg + re - (eq_total - need)
-                        elif mutant == POS_GT_FIRST:
-                            pos = A + re
                     re += 1
                 if pos != -1:
-                    if pos < 0 or pos >= k or out[pos] != UNWRITTEN:
-                        wild += 1  # outside the row, or a slot written twice (a race)
-                    else:
-                        out[pos] = _element(g, e, kk, block, mutant)
+                    wild += _put(out, pos, _element(g, e, kk, block, mutant))
         if mutant != ROUND_BASE_DROPPED:
             run_gt += sg
             run_eq += se
@@ -366,14 +427,95 @@ def _write_cta(ekey, ecnt, W, start, queue, qlen, T, K, A, k, gt_base, eq_base, 
 
 
 @njit(cache=True)
+def _underflows(ge, G, k, mutant):
+    """Whether a sampled attempt with ge keys >= cutoff, G of them above it, underflows
+    (2.4, 2.12): ge < k."""
+    if mutant == UNDERFLOW_LE:
+        return ge <= k
+    if mutant == UNDERFLOW_INVERTED:
+        return ge >= k
+    if mutant == UNDERFLOW_DROPPED:
+        return False
+    if mutant == UNDERFLOW_GT_ONLY:
+        return G < k
+    return ge < k
+
+
+@njit(cache=True)
+def _pass2_select(b1, A1, hist2, k, mutant):
+    """(K, A, b2) from pass 1's bin b1 (A1 keys above it) and pass 2's histogram (2.5)."""
+    rank = k if mutant == DIRECT_PASS2_RANK else k - A1
+    b2, A2 = _select_bin(hist2, rank, mutant)
+    A = A1 if mutant == DIRECT_A1_ONLY else A1 + A2
+    return (b1 << 8) | b2, A, b2
+
+
+@njit(cache=True)
+def _bases(prefix1, prefix2, c, b1, b2, mutant):
+    """(gt_base, eq_base) of CTA c (2.5 step 6): the keys above K and equal to it in the
+    CTAs before c, from the prefixes of both passes."""
+    gt_base = 0
+    for b in range(b1 + 1, 256):
+        gt_base += prefix1[c, b]
+    if mutant != PREFIX_PASS1_ONLY:
+        for b in range(b2 + 1, 256):
+            gt_base += prefix2[c, b]
+    return gt_base, prefix2[c, b2]
+
+
+@njit(cache=True)
+def _selection(ekey, ecnt, W, nv, k, block, C, T, U, lo, slot, mutant, out, tr, queue, qlens, every,
+               everything, dropped, G, local, total, total2, prefix1, prefix2, copies, cg, ce):
+    """The exact selection among the keys >= lo over the C CTAs' queues (2.5 steps 2-7):
+    pass 1 over each CTA's queue (queue[c, :qlens[c]]; every: every vector of the chunk,
+    `everything`), the exchange, the underflow test over the cluster's total plus `dropped`
+    (the keys == lo no queue holds, 2.12; G, the row's keys above lo, serves a mutant),
+    pass 2, K and A, and each CTA's write of its own keys at their slots: the ranked write
+    over its queue (2.7), or where U > 0 (the direct path from global memory, 2.12 step 5)
+    the stream of its chunk in tiles. Returns (status, wild): status 1 on underflow
+    (nothing written)."""
+    for c in range(C):
+        start, end = _chunk(c, nv, C, mutant)
+        _pass(ekey, ecnt, W, start, everything if every else queue[c], qlens[c], T, lo, -1, mutant, copies,
+              local[c])
+    _exchange(local, C, slot, mutant, total, prefix1)
+    ge = dropped
+    for b in range(256):
+        ge += total[b]
+    if U == 0 or not every:  # the direct path from global memory makes no test (2.12 step 5)
+        if _underflows(ge, G, k, mutant):
+            return 1, 0
+    b1, A1 = _select_bin(total, k, mutant)
+    for c in range(C):
+        start, end = _chunk(c, nv, C, mutant)
+        _pass(ekey, ecnt, W, start, everything if every else queue[c], qlens[c], T, lo, b1, mutant, copies,
+              local[c])
+    _exchange(local, C, slot, mutant, total2, prefix2)
+    K, A, b2 = _pass2_select(b1, A1, total2, k, mutant)
+    tr[6] = K
+    tr[7] = A
+    eq_total = total2[b2]
+    wild = 0
+    for c in range(C):
+        start, end = _chunk(c, nv, C, mutant)
+        gt_base, eq_base = _bases(prefix1, prefix2, c, b1, b2, mutant)
+        if U > 0 and every:
+            need = k if mutant == FALLBACK_NEED_K else k - A
+            wild += _stream_out(ekey, ecnt, W, start, end - start, T, U, K, need, A, eq_total, gt_base, eq_base,
+                                mutant, out)
+        else:
+            wild += _write_cta(ekey, ecnt, W, start, everything if every else queue[c], qlens[c], T, K, A, k,
+                               gt_base, eq_base, eq_total, mutant, out, cg, ce, block)
+    return 0, wild
+
+
+@njit(cache=True)
 def _select(ekey, ecnt, W, top, nv, k, block, C, T, V, lo, slot, mutant, out, tr,
-            queue, qlens, local, total, prefix1, prefix2, copies, cg, ce):
-    """The exact selection among the keys >= lo, spread over the C CTAs (2.5): every CTA
-    queues and histograms its own chunk, the exchange gives every CTA the cluster's total
-    and its lower ranks' prefix, every CTA selects K and A from the same total, and every
-    CTA writes its own selected keys at their prefix positions. Returns (status, wild):
-    status 1 when fewer than k keys are >= lo (underflow; nothing written)."""
-    # Queues, counts of keys > lo and == lo (the sampled attempt's trace), pass 1.
+            queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce, everything):
+    """The exact selection among the keys >= lo of a staged row, spread over the C CTAs
+    (2.5): every CTA queues its own chunk's vectors of top >= lo (2.7), then _selection.
+    Returns (status, wild): status 1 when fewer than k keys are >= lo (underflow; nothing
+    written)."""
     G = 0
     E = 0
     for c in range(C):
@@ -383,59 +525,225 @@ def _select(ekey, ecnt, W, top, nv, k, block, C, T, V, lo, slot, mutant, out, tr
             above, equal = _around(ekey, ecnt, W, start + queue[c, x], lo)
             G += above
             E += equal
-        _pass(ekey, ecnt, W, start, queue[c], qlens[c], T, lo, -1, mutant, copies, local[c])
-    _exchange(local, C, slot, mutant, total, prefix1)
-    if tr[0] == PATH_SAMPLED:
+    if tr[0] == PATH_SAMPLED:  # the trace's G and E (sampled attempt)
         tr[4] = G
         tr[5] = E
-    ge = 0
-    for b in range(256):
-        ge += total[b]
-    underflow = ge < k
-    if mutant == UNDERFLOW_LE:
-        underflow = ge <= k
-    elif mutant == UNDERFLOW_INVERTED:
-        underflow = ge >= k
-    elif mutant == UNDERFLOW_DROPPED:
-        underflow = False
-    elif mutant == UNDERFLOW_GT_ONLY:
-        underflow = G < k
-    if underflow:
-        return 1, 0
-    b1, A1 = _select_bin(total, k, mutant)
-    for c in range(C):
-        start, end = _chunk(c, nv, C, mutant)
-        _pass(ekey, ecnt, W, start, queue[c], qlens[c], T, lo, b1, mutant, copies, local[c])
-    prefix2_total = np.zeros(256, np.int64)
-    _exchange(local, C, slot, mutant, prefix2_total, prefix2)
-    rank = k if mutant == DIRECT_PASS2_RANK else k - A1
-    b2, A2 = _select_bin(prefix2_total, rank, mutant)
-    K = (b1 << 8) | b2
-    A = A1 if mutant == DIRECT_A1_ONLY else A1 + A2
-    tr[6] = K
-    tr[7] = A
-    eq_total = prefix2_total[b2]
+    return _selection(ekey, ecnt, W, nv, k, block, C, T, 0, lo, slot, mutant, out, tr, queue, qlens, False,
+                      everything, 0, G, local, total, total2, prefix1, prefix2, copies, cg, ce)
+
+
+# ---------------------------------------------------------------------------------------
+# The streamed path (2.12): each CTA reads its chunk of a long token row from global
+# memory in tiles, into its queue of vectors
+# ---------------------------------------------------------------------------------------
+@njit(cache=True)
+def _tile_order(x, T, U, thread_major):
+    """The local vector (within its tile) met x-th in index order: slot s = x div T of
+    thread t = x mod T is vector s T + t; thread_major (a mutant): thread x div U's slot
+    x mod U instead."""
+    if thread_major:
+        return (x % U) * T + x // U
+    return x
+
+
+@njit(cache=True)
+def _stream_queue(ekey, ecnt, W, top, start, nl, T, U, cutoff, k, ev_before, mutant, queue):
+    """CTA's stream of its chunk [start, start + nl) into its queue (2.12 step 2): tile j
+    holds the local vectors [j T U, (j + 1) T U), vector j T U + s T + t met by thread t
+    in slot s, so (tile, slot, warp, lane) order is index order; gvb / evb, the chunk's
+    vectors of top > cutoff / == cutoff before a vector, are the tiles before it (the
+    running counts, one CTA barrier a tile) plus the tile's exclusive scan. A vector of top
+    > cutoff takes slot gvb + min(evb, k), one of top == cutoff with evb < k slot gvb + evb
+    (its local index stored there if the slot is below queue.size, STREAM_QUEUE); the keys
+    == cutoff of the vectors of top == cutoff left out are D. ev_before (the lower CTAs'
+    EV) serves a mutant. Returns (GV, Q, D, G, E, wild): the chunk's vectors of top >
+    cutoff, the queued vectors GV + min(EV, k), D, the chunk's keys > and == cutoff, and
+    wild writes."""
+    cap = queue.shape[0]
+    budget = k
+    if mutant == QUEUE_EQ_K1:
+        budget = k - 1
+    elif mutant == QUEUE_EQ_UNLIMITED:
+        budget = nl + ev_before + 1
+    elif mutant == QUEUE_GT_ONLY:
+        budget = 0
+    store = cap + 1 if mutant == QUEUE_STORE_PAST else cap
+    run_gv = 0
+    run_ev = ev_before if mutant == QUEUE_EQ_ROW else 0
+    GV = 0
+    EV = 0
+    D = 0
+    G = 0
+    E = 0
     wild = 0
+    tile = T * U
+    for j0 in range(0, nl, tile):
+        sg = 0  # the tile's vectors of top > cutoff / == cutoff met before
+        se = 0
+        for x in range(tile):
+            i = j0 + _tile_order(x, T, U, mutant == TILE_THREAD_MAJOR)
+            if i >= nl:
+                continue
+            g = start + i
+            above, equal = _around(ekey, ecnt, W, g, cutoff)
+            G += above
+            E += equal
+            tp = top[g]
+            is_gt = tp > cutoff
+            is_eq = tp == cutoff
+            gvb = run_gv + sg + (1 if mutant == TILE_SCAN_INCLUSIVE and is_gt else 0)
+            evb = run_ev + se
+            if is_gt:
+                sg += 1
+            elif is_eq:
+                se += 1
+            pos = -1
+            if is_gt:
+                pos = gvb + min(evb, budget)
+            elif is_eq:
+                if evb < budget:
+                    pos = gvb + evb
+                    if mutant == DROPPED_COUNTS_QUEUED:
+                        D += equal
+                else:
+                    D += equal
+            if pos >= 0 and pos < store:
+                wild += _put(queue, pos, i)
+        GV += sg
+        EV += se
+        if mutant != TILE_BASE_DROPPED:
+            run_gv += sg
+            run_ev += se
+    ev = EV + ev_before if mutant == QUEUE_EQ_ROW else EV
+    return GV, GV + min(ev, budget), D, G, E, wild
+
+
+@njit(cache=True)
+def _equal_vectors(top, start, nl, cutoff):
+    """EV: the vectors of [start, start + nl) whose top is the cutoff."""
+    ev = 0
+    for i in range(nl):
+        if top[start + i] == cutoff:
+            ev += 1
+    return ev
+
+
+@njit(cache=True)
+def _stream_out(ekey, ecnt, W, start, nl, T, U, K, need, A, eq_total, gt_base, eq_base, mutant, out):
+    """The write of the direct path from global memory (2.12 step 5): CTA's chunk met in
+    tiles in index order as in _stream_queue, each key > K to gtb + min(eqb, need) and each
+    key == K with eqb < need to gtb + eqb (_position), gtb / eqb counted from gt_base /
+    eq_base (the CTAs before it) over the tiles before and the tile's scan. Returns wild
+    writes."""
+    wild = 0
+    run_gt = gt_base
+    run_eq = eq_base
+    tile = T * U
+    for j0 in range(0, nl, tile):
+        sg = 0
+        se = 0
+        for x in range(tile):
+            i = j0 + _tile_order(x, T, U, mutant == FALLBACK_THREAD_MAJOR)
+            if i >= nl:
+                continue
+            g = start + i
+            rg = run_gt + sg
+            re = run_eq + se
+            above, equal = _around(ekey, ecnt, W, g, K)
+            sg += above
+            se += equal
+            for e in range(ecnt[g]):
+                kk = ekey[g * W + e]
+                pos = _position(kk, K, rg, re, need, A, eq_total, mutant)
+                if kk > K and mutant != GT_RANK_COLLIDE:
+                    rg += 1
+                elif kk == K:
+                    re += 1
+                if pos != -1:
+                    wild += _put(out, pos, _element(g, e, kk, False, mutant))
+        if mutant != FALLBACK_TILE_BASE:
+            run_gt += sg
+            run_eq += se
+    return wild
+
+
+@njit(cache=True)
+def _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr, queue, qlens, local, total,
+              total2, prefix1, prefix2, copies, cg, ce, everything):
+    """A streamed row after its samples and cutoff (2.12 steps 2-5; tr holds path 1, q and
+    the cutoff): every CTA streams its chunk into its queue; overflow if some CTA's queue
+    holds more than STREAM_QUEUE vectors, else the selection over the queues, underflow
+    when they and the keys == cutoff they leave out are fewer than k; after either the
+    direct path from global memory. Returns wild writes and reads."""
+    cap = queue.shape[1]
+    G = 0
+    E = 0
+    D = 0
+    wild = 0
+    overflow = False
+    queued = 0
+    ev_before = 0
     for c in range(C):
         start, end = _chunk(c, nv, C, mutant)
-        gt_base = 0
-        for b in range(b1 + 1, 256):
-            gt_base += prefix1[c, b]
-        if mutant != PREFIX_PASS1_ONLY:
-            for b in range(b2 + 1, 256):
-                gt_base += prefix2[c, b]
-        eq_base = prefix2[c, b2]
-        wild += _write_cta(ekey, ecnt, W, start, queue[c], qlens[c], T, K, A, k, gt_base, eq_base, eq_total,
-                           mutant, out, cg, ce, block)
-    return 0, wild
+        queue[c, :] = UNWRITTEN
+        GV, Q, Dc, Gc, Ec, w = _stream_queue(ekey, ecnt, W, top, start, end - start, T, U, cutoff, k, ev_before,
+                                             mutant, queue[c])
+        EV = _equal_vectors(top, start, end - start, cutoff)
+        ev_before += EV  # the lower CTAs' vectors of top == cutoff (a mutant's evb)
+        wild += w
+        G += Gc
+        E += Ec
+        D += Dc
+        qlens[c] = Q
+        queued += Q
+        over = Q > cap
+        if mutant == OVERFLOW_AT_CAP:
+            over = Q >= cap
+        elif mutant == OVERFLOW_EV_IGNORED:
+            over = GV > cap
+        elif mutant == OVERFLOW_UNCAPPED:
+            over = GV + EV > cap
+        elif mutant == OVERFLOW_ROW or mutant == OVERFLOW_DROPPED or (mutant == OVERFLOW_LAST_LOST and c == C - 1):
+            over = False
+        overflow = overflow or over
+    if mutant == OVERFLOW_ROW:
+        overflow = queued > cap
+    tr[4] = G
+    tr[5] = E - D if mutant == TRACE_COUNTS_QUEUE else E
+    if overflow:
+        tr[1] = REASON_OVERFLOW
+    else:
+        for c in range(C):
+            qlens[c] = min(qlens[c], cap)  # the kernel selects over min(Q, STREAM_QUEUE) entries
+            for x in range(qlens[c]):
+                if queue[c, x] == UNWRITTEN:
+                    wild += 1  # an entry read but never written: only a mutant gets here
+        if wild:
+            return wild
+        status, w = _selection(ekey, ecnt, W, nv, k, False, C, T, U, cutoff, slot, mutant, out, tr, queue, qlens,
+                               False, everything, D, G, local, total, total2, prefix1, prefix2, copies, cg, ce)
+        if status == 0:
+            return wild + w
+        tr[1] = REASON_UNDERFLOW
+    # The direct path from global memory: the selection over every key (lo = 0), written
+    # by a stream of each chunk.
+    tr[0] = PATH_DIRECT
+    every = mutant != FALLBACK_FROM_QUEUE
+    for c in range(C):
+        start, end = _chunk(c, nv, C, mutant)
+        qlens[c] = end - start if every else min(qlens[c], cap)
+    status, w = _selection(ekey, ecnt, W, nv, k, False, C, T, U, 0, slot, mutant, out, tr, queue, qlens, every,
+                           everything, 0, G, local, total, total2, prefix1, prefix2, copies, cg, ce)
+    return wild + w + status  # status 1: fewer than k keys selected from: only a mutant gets here
 
 
 # ---------------------------------------------------------------------------------------
 # One row
 # ---------------------------------------------------------------------------------------
 @njit(cache=True)
-def _row(bits, length, k, block, C, T, V, DM, QM, slot, mutant, out, tr,
-         ekey, ecnt, top, queue, qlens, local, total, prefix1, prefix2, copies, cg, ce, samples):
+def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
+         ekey, ecnt, top, queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce, samples,
+         everything):
     width = bits.shape[0]
     nv = (length + 7) // 8
     n = nv if block else length
@@ -492,12 +800,16 @@ def _row(bits, length, k, block, C, T, V, DM, QM, slot, mutant, out, tr,
             out[j] = v
         return 0
 
-    # DM: policy.direct_max_length(C), the longest row of the direct path (2.3)
+    # DM: policy.direct_max_length(C, V), the longest row of the direct path (2.3); on the
+    # streamed builds (U > 0: their tile's vectors a thread) D is the stage, and longer
+    # token rows stream (2.12)
     if mutant == ONE_CTA_D1 and C == 1:
         DM = 8 * C * T
     sampled = (not block) and length > DM
     if mutant == SAMPLED_GE:
         sampled = (not block) and nv >= DM // 8
+    elif mutant == STREAM_AT_STAGE and U > 0:
+        sampled = (not block) and length >= DM
     if sampled:
         # Samples (2.4): the S_c samples of CTA c's chunk at index c S_c + j (every CTA
         # reads all 2048 from the row in global memory).
@@ -530,8 +842,11 @@ def _row(bits, length, k, block, C, T, V, DM, QM, slot, mutant, out, tr,
         tr[0] = PATH_SAMPLED
         tr[2] = q
         tr[3] = cutoff
+        if U > 0:
+            return _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr, queue, qlens,
+                             local, total, total2, prefix1, prefix2, copies, cg, ce, everything)
         status, wild = _select(ekey, ecnt, W, top, nv, k, block, C, T, V, cutoff, slot, mutant, out, tr,
-                               queue, qlens, local, total, prefix1, prefix2, copies, cg, ce)
+                               queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce, everything)
         if status == 0:
             return wild
         tr[1] = REASON_UNDERFLOW
@@ -539,50 +854,59 @@ def _row(bits, length, k, block, C, T, V, DM, QM, slot, mutant, out, tr,
     # Direct path (2.5): the same selection over every key (lo = 0).
     tr[0] = PATH_DIRECT
     status, wild = _select(ekey, ecnt, W, top, nv, k, block, C, T, V, 0, slot, mutant, out, tr,
-                           queue, qlens, local, total, prefix1, prefix2, copies, cg, ce)
+                           queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce, everything)
     if status != 0:
         return 1  # fewer than k keys >= 0 in a row of n > k: only a mutant gets here
     return wild
 
 
 @njit(cache=True)
-def _simulate_rows(logits, lengths, k, block, C, T, V, DM, QM, mutant, out, trace, wild):
+def _simulate_rows(logits, lengths, k, block, C, T, V, DM, QM, U, QC, mutant, out, trace, wild):
+    """Every row of the batch on build (C, T, V); U, QC: the streamed builds' tile (vectors
+    a thread) and queue capacity (vectors a CTA, 2.12), 0 on the other builds."""
     rows, width = logits.shape
     nvmax = (width + 7) // 8 + 1
     ekey = np.full(nvmax * 8, -1, np.int64)
     ecnt = np.zeros(nvmax, np.int64)
     top = np.zeros(nvmax, np.int64)
-    queue = np.zeros((C, T * V + 64), np.int64)
+    # a CTA's queue: local vector indices (the streamed builds': exactly STREAM_QUEUE
+    # entries, so a store past it is seen)
+    queue = np.zeros((C, QC if QC else T * V + 64), np.int64)
     qlens = np.zeros(C, np.int64)
     local = np.zeros((C, 256), np.int64)
     total = np.zeros(256, np.int64)
+    total2 = np.zeros(256, np.int64)
     prefix1 = np.zeros((C, 256), np.int64)
     prefix2 = np.zeros((C, 256), np.int64)
     copies = np.zeros((32, 256), np.int64)
     cg = np.zeros(T, np.int64)
     ce = np.zeros(T, np.int64)
     samples = np.zeros(SAMPLES, np.int64)
+    everything = np.arange(nvmax if QC else 0, dtype=np.int64)  # the fallback's "queue": every vector
     for r in range(rows):
-        wild[r] = _row(logits[r], lengths[r], k, block, C, T, V, DM, QM, r, mutant, out[r], trace[r],
-                       ekey, ecnt, top, queue, qlens, local, total, prefix1, prefix2, copies, cg, ce, samples)
+        wild[r] = _row(logits[r], lengths[r], k, block, C, T, V, DM, QM, U, r, mutant, out[r], trace[r],
+                       ekey, ecnt, top, queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce,
+                       samples, everything)
 
 
-def resolve_build(rows, width, build=None, resident=None):
+def resolve_build(rows, width, build=None, resident=None, block_mode=False):
     """The Build to simulate: `build` (anything Build.parse takes), checked to hold the
-    width, or the policy's choice for rows x width with resident(build) clusters
-    resident (default: every row's cluster at once)."""
+    width in this mode, or the policy's choice for rows x width in this mode with
+    resident(build) clusters resident (default: every row's cluster at once)."""
     if build is None:
         if resident is None:
             def resident(b):  # every row's cluster resident at once
                 return rows
-        chosen = policy.build_for(rows, width, resident)
-        limit = policy.max_rows(width, resident)
+        chosen = policy.build_for(rows, width, resident, block_mode)
+        limit = policy.max_rows(width, resident, block_mode)
         if limit is not None and rows > limit:
             raise ValueError(f"rows = {rows} exceeds the {limit} rows the 16-CTA build takes at width {width}")
         return chosen
     chosen = Build.parse(build)
-    if width > chosen.capacity:
-        raise ValueError(f"width = {width} exceeds the capacity {chosen.capacity} of build {chosen.name}")
+    capacity = chosen.capacity_in(block_mode)
+    if width > capacity:
+        raise ValueError(f"width = {width} exceeds the capacity {capacity} of build {chosen.name} in "
+                         f"{'block' if block_mode else 'token'} mode")
     return chosen
 
 
@@ -590,14 +914,16 @@ def simulate(logits_bits, lengths, k, block_mode=False, *, build=None, resident=
     """(out int32 [rows, k], trace int32 [rows, 8]) of DecodeTopK's algorithm.
 
     On `build` (anything Build.parse takes: a Build, 'CxTxV', (cluster, vectors)),
-    checked to hold the width, else on policy.build_for(rows, width, resident) with
+    checked to hold the width, else on policy.build_for(rows, width, resident, block_mode) with
     resident defaulting to "every row's cluster resident". `mutant` (0: none) plants one
     bug of MUTANTS (by id or name)."""
     lengths = validate_inputs(logits_bits, lengths, k)
     block_mode = policy.check_flag("block_mode", block_mode)
     k = int(k)
     rows, width = logits_bits.shape
-    C, T, V = resolve_build(rows, width, build, resident)
+    chosen = resolve_build(rows, width, build, resident, block_mode)
+    C, T, V = chosen
+    U, QC = (policy.STREAM_TILE, policy.STREAM_QUEUE) if chosen.streams else (0, 0)
     if isinstance(mutant, str):
         mutant = MUTANTS.id_of(mutant)
     out = np.full((rows, k), UNWRITTEN, dtype=np.int32)
@@ -605,13 +931,14 @@ def simulate(logits_bits, lengths, k, block_mode=False, *, build=None, resident=
     if rows == 0:
         return out, trace
     wild = np.zeros(rows, dtype=np.int64)
-    _simulate_rows(np.ascontiguousarray(logits_bits), lengths, k, bool(block_mode),
-                   C, T, V, policy.direct_max_length(C), policy.Q_MIN[k], int(mutant), out, trace, wild)
+    _simulate_rows(np.ascontiguousarray(logits_bits), lengths, k, bool(block_mode), C, T, V,
+                   policy.direct_max_length(C, V), policy.Q_MIN[k], U, QC, int(mutant), out, trace, wild)
     bad = np.flatnonzero(wild)
     if bad.size:
         r = int(bad[0])
-        raise RuntimeError(f"row {r}: {int(wild[r])} write(s) outside the output row or to a slot "
-                           f"already written (build {Build(C, T, V).name})")
+        raise RuntimeError(f"row {r}: {int(wild[r])} write(s) outside the output row or a streamed queue or "
+                           f"to a slot already written, or read(s) of queue entries never written "
+                           f"(build {chosen.name})")
     return out, trace
 
 

@@ -50,12 +50,13 @@ def test_trace_matches_model_every_build(build, block_mode):
     from decode_topk.reference.model import simulate
 
     rng = np.random.default_rng(7)
-    # long enough for the sampled path; within the 1-CTA builds' capacity
-    width = {16: 73728, 1: build.capacity}.get(build.cluster, 40960)
+    # long enough for the sampled (or streamed) path; within the 1-CTA builds' capacity in
+    # this mode (1x512x4: 65,536 token logits, streamed; its stage in block mode)
+    width = min(build.capacity_in(block_mode), {16: 73728, 1: 65536}.get(build.cluster, 40960))
     bits, lengths = _rows(rng, 6, width)
     # the direct path's last length, plus one logit: the sampled path's edge (where the
     # build has one)
-    lengths[:3] = (width, width - 1, min(width, policy.direct_max_length(build.cluster) + 1))
+    lengths[:3] = (width, width - 1, min(width, policy.direct_max_length(build.cluster, build.vectors) + 1))
     for k in policy.KS:
         out, trace, used = run_numpy(aot_loader.AOT, bits, lengths, k, block_mode, build=build, trace=True)
         assert used == build
@@ -124,7 +125,7 @@ def test_a_forced_build_must_exist_and_hold_the_width():
     with pytest.raises(ValueError, match=r"build \(3, 8\) is not one of"):
         aot_loader.decode_topk_aot(logits, lens, 512, build=(3, 8))
     wide = torch.zeros((1, 524288), dtype=torch.bfloat16, device="cuda")
-    with pytest.raises(ValueError, match="holds rows of up to 262144 logits, not 524288"):
+    with pytest.raises(ValueError, match="holds token rows of up to 262144 logits, not 524288"):
         aot_loader.decode_topk_aot(wide, lens[:1], 512, build=(8, 8))
 
 

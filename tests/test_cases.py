@@ -194,11 +194,27 @@ def test_the_sanitizer_cases_reach_every_path_of_every_build():
         for block_mode in case.modes:
             for k in (k for k in (512, 2048) if k in case.ks):
                 for build in policy.BUILDS:
-                    if bits.shape[1] <= build.capacity:
+                    if bits.shape[1] <= build.capacity_in(block_mode):
                         _, trace = simulate(bits, lengths, k, block_mode, build=build)
                         reached[build] |= {(int(p), int(r)) for p, r in trace[:, :2]}
     for build in policy.BUILDS:
         want = {(0, 0), (2, 0)}  # short, direct
-        if policy.direct_max_length(build.cluster) < build.capacity:
+        if policy.direct_max_length(build.cluster, build.vectors) < build.capacity:
             want |= {(1, 0), (2, cv.UNDERFLOW)}  # sampled, and its underflow
+        if build.streams:
+            want.add((2, cv.OVERFLOW))  # a streamed queue's overflow
         assert want <= reached[build], (build.name, sorted(want - reached[build]))
+
+
+def test_ci_has_the_streamed_builds_boundaries(ci_data):
+    """1x512x4 and 2x512x4 (SPEC 2.12): ci rows at each stage's last length and the first
+    streamed ones, a streamed masked last vector, each under a wider row (garbage past it),
+    and rows whose 2-CTA chunks hold more than STREAM_QUEUE vectors (each CTA may
+    overflow alone)."""
+    covered = {int(length) for logits, lengths in ci_data.values() for length in lengths
+               if length < logits.shape[1]}
+    for build in (policy.STREAM, policy.STREAM_2):
+        stage = build.stage
+        assert {stage - 1, stage, stage + 1, stage + 8} <= covered, build.name
+        assert any(length > stage and length % 8 for length in covered), build.name
+    assert any(length > 2 * 8 * policy.STREAM_QUEUE and length % 8 for length in covered)

@@ -23,22 +23,37 @@ SLOTS_REACHED = cv.slots_reached  # the rule as written, before a test plants a 
 def staged_slots(build, length):
     """{cta: set of slots} the kernel's staging loop fills, written as the loop is
     (DecodeTopK.kernel: for s < V, i = s * nt + tid, stored iff i < count), over every
-    thread, so it shares nothing with coverage.slots_reached but the chunk rule."""
+    thread, so it shares nothing with coverage.slots_reached but the chunk rule; on a
+    streamed build a (token) row past the direct path's last length, its stage, stages
+    nothing (count = 0: SPEC 2.12, it streams)."""
     nv = -(-length // 8)
+    streamed = build.streams and length > policy.direct_max_length(build.cluster, build.vectors)
     slots = {}
     for c in range(build.cluster):
-        count = ((c + 1) * nv) // build.cluster - (c * nv) // build.cluster
+        count = 0 if streamed else ((c + 1) * nv) // build.cluster - (c * nv) // build.cluster
         tid = np.arange(build.threads)
         stored = [s for s in range(build.vectors) if np.any(s * build.threads + tid < count)]
         slots[c] = set(stored)
     return slots
 
 
+def test_a_streamed_row_meets_every_register_buffer():
+    """coverage.STREAMED is one slot for every streamed row because the widest chunk of any
+    streamed row (more than T V vectors) spans every one of a thread's STREAM_DEPTH - 1
+    register buffers of STREAM_TILE vectors (SPEC 2.12): ceil((T V + 1) / (T U)) >= DEPTH - 1."""
+    for build in (policy.STREAM, policy.STREAM_2):
+        tiles = -(-(build.threads * build.vectors + 1) // (build.threads * policy.STREAM_TILE))
+        assert tiles >= policy.STREAM_DEPTH - 1, (build.name, tiles)
+        assert cv.slots_reached(build, [build.stage + 1]).tolist() == [0]
+        assert cv.streamed_rows(build, [build.stage, build.stage + 1]).tolist() == [False, True]
+
+
 def interesting_lengths(build):
-    """0, 1, and a few logits around every slot boundary s C T vectors, and the capacity."""
+    """0, 1, and a few logits around every slot boundary s C T vectors, the stage and the
+    capacity (on the streamed builds the stage is not the capacity)."""
     step = 8 * build.cluster * build.threads
-    lengths = {0, 1, 7, 8, 9, build.capacity - 1, build.capacity}
-    for s in range(1, build.vectors):
+    lengths = {0, 1, 7, 8, 9, build.stage - 1, build.stage, build.stage + 1, build.capacity - 1, build.capacity}
+    for s in range(1, build.vectors + 1):
         lengths |= {s * step + d for d in (-8, -7, -1, 0, 1, 7, 8, 9, 8 * build.cluster)}
     return sorted(v for v in lengths if 0 <= v <= build.capacity)
 
@@ -51,6 +66,9 @@ def test_slots_reached_is_the_kernels_staging_loop(build):
         by_cta = staged_slots(build, length)
         expected = set().union(*by_cta.values())
         assert set(range(filled)) == expected, (build.name, length)
+        assert cv.streamed_rows(build, [length]).tolist() == [build.streams and length > build.stage]
+        if not filled:
+            continue  # top_slot_vectors: the staged rows' (a streamed row has no staged slot)
         # top_slot_vectors: each CTA's vectors in its own highest slot
         nv = -(-length // 8)
         want = []
@@ -63,23 +81,31 @@ def test_slots_reached_is_the_kernels_staging_loop(build):
 
 
 def _combinations_of_every_length(build):
-    """The combinations SPEC.md 2.3 allows at every length 0 .. capacity, every k and mode:
-    the path a length takes, a sampled attempt ending in either of its two outcomes."""
-    lengths = np.arange(build.capacity + 1)
-    filled = cv.slots_reached(build, lengths)
-    nv = -(-lengths // 8)
+    """The combinations SPEC.md 2.3 allows at every length 0 .. capacity (in that mode),
+    every k and mode: the path a length takes, a sampled attempt ending in either of its
+    outcomes (on the streamed builds, where an attempt streams and names the slot
+    STREAMED, also a queue's overflow, SPEC 2.12)."""
     combos = set()
+    attempts = [(cv.SAMPLED, cv.NONE), (cv.DIRECT, cv.UNDERFLOW)] + ([(cv.DIRECT, cv.OVERFLOW)] if build.streams
+                                                                     else [])
     for block_mode in (False, True):
+        lengths = np.arange(build.capacity_in(block_mode) + 1)
+        filled = cv.slots_reached(build, lengths)
+        streamed = cv.streamed_rows(build, lengths)
+        nv = -(-lengths // 8)
         n = nv if block_mode else lengths
         for k in KS:
-            attempt = (n > k) & (lengths > policy.direct_max_length(build.cluster)) & (not block_mode)
+            attempt = (n > k) & (lengths > policy.direct_max_length(build.cluster, build.vectors)) & (not block_mode)
             groups = ((n <= k, [(cv.SHORT, cv.NONE)]),
                       ((n > k) & ~attempt, [(cv.DIRECT, cv.NONE)]),
-                      (attempt, [(cv.SAMPLED, cv.NONE), (cv.DIRECT, cv.UNDERFLOW)]))
+                      (attempt, attempts))
             for mask, outcomes in groups:
-                for count in np.unique(filled[mask]).tolist():
+                for count in np.unique(filled[mask & ~streamed]).tolist():
                     slots = range(count) if count else (cv.NO_SLOT,)
                     combos |= {(build.name, cv.MODE_NAMES[block_mode], s, p, r) for s in slots for p, r in outcomes}
+                if (mask & streamed).any():
+                    assert (mask & streamed).tolist() == (streamed & attempt).tolist()  # streams iff attempted
+                    combos |= {(build.name, cv.MODE_NAMES[block_mode], cv.STREAMED, p, r) for p, r in outcomes}
     return combos
 
 
@@ -87,7 +113,9 @@ def _combinations_of_every_length(build):
 def test_reachable_is_what_every_length_allows(build):
     assert cv.reachable(build) == _combinations_of_every_length(build)
     line = cv.describe(cv.reachable(build))  # grouped a (build, mode, path), slots as ranges
-    if policy.direct_max_length(build.cluster) < build.capacity:
+    if build.streams:  # a streamed row has no staged slot
+        assert f"{build.name} token sampled: slots s;" in line and f"{build.name} token direct:overflow: slots s" in line
+    elif policy.direct_max_length(build.cluster, build.vectors) < build.capacity:
         assert f"{build.name} token sampled: slots 0-{build.vectors - 1};" in line
     else:  # 1x512x8: every token row up to its capacity takes the direct path
         assert "token sampled" not in line and f"{build.name} token direct: slots 0-{build.vectors - 1}" in line
@@ -136,10 +164,11 @@ def test_dropping_a_top_slot_case_leaves_its_slots_unreached(model_ci, case):
 
 # short, length 0, direct at slot 0; the 1-CTA builds' slots (their direct, sampled and
 # underflow rows, block rows up to 65,536 logits); 2x512x16's (rows of 131,072 logits, both
-# modes, and its underflow);
+# modes, and its underflow); 1x512x4's (its stage in both modes); the streamed builds' streamed
+# rows, sampled, overflowed and underflowed;
 # then the top-slot cases (the last one is dropped below)
 MINIMAL = ["lengths", "one-cta-direct", "one-cta-underflow-wide", "needles", "plateau", "sampled-lengths",
-           "sampled-underflow"] + \
+           "sampled-underflow", "stage-16384", "streamed-queue"] + \
     [c.name for c in TOP_SLOT_CASES]
 
 

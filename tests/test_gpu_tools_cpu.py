@@ -43,12 +43,15 @@ def _fake_library(monkeypatch, mutant=0):
     from decode_topk.kernel import aot_loader
     from decode_topk.reference.model import simulate
 
-    def build_of(rows, width, build):
-        return policy.build_for(rows, width, lambda b: 10**6) if build is None else policy.Build.parse(build)
+    def build_of(rows, width, build, block_mode):
+        if build is None:
+            return policy.build_for(rows, width, lambda b: 10**6, block_mode)
+        return policy.Build.parse(build)
 
     def fake_decode(logits, lengths, k, out=None, block_mode=False, trace=None, build=None):
         bits = logits.contiguous().view(torch.int16).numpy().view(np.uint16)
-        o, t = simulate(bits, lengths.numpy(), k, block_mode, build=build_of(*bits.shape, build), mutant=mutant)
+        o, t = simulate(bits, lengths.numpy(), k, block_mode, build=build_of(*bits.shape, build, block_mode),
+                        mutant=mutant)
         out = torch.from_numpy(o) if out is None else out.copy_(torch.from_numpy(o))
         if trace is None or trace is False:
             return out
@@ -59,7 +62,7 @@ def _fake_library(monkeypatch, mutant=0):
         return out, trace
 
     def fake_run_numpy(launcher, bits, lengths, k, block_mode=False, build=None, trace=True, device="cpu"):
-        ran = build_of(*bits.shape, build)
+        ran = build_of(*bits.shape, build, bool(block_mode))
         o, t = simulate(bits, lengths, k, block_mode, build=ran, mutant=mutant)
         return o, t, ran
 
@@ -133,8 +136,9 @@ def test_launch_slices_respect_the_two_wave_limit(monkeypatch):
     monkeypatch.setattr(aot_loader, "resident_for", lambda k, block_mode=False, trace=False, device=None:
                         lambda build: 7)
     wide = policy.MAX_WIDTH
-    assert aot_loader.launch_slices(30, wide, 512) == [slice(0, 14), slice(14, 28), slice(28, 30)]
-    assert aot_loader.launch_slices(32, wide, 512, next_n=4) == [slice(0, 12), slice(12, 24), slice(24, 32)]
-    assert aot_loader.launch_slices(64, 131072, 2048) == [slice(0, 64)]  # no limit below the 16-CTA build
-    assert aot_loader.launch_slices(0, wide, 512) == []
+    assert aot_loader.launch_slices(30, wide, 512, True) == [slice(0, 14), slice(14, 28), slice(28, 30)]
+    assert aot_loader.launch_slices(32, wide, 512, True, next_n=4) == [slice(0, 12), slice(12, 24), slice(24, 32)]
+    assert aot_loader.launch_slices(64, 131072, 2048, True) == [slice(0, 64)]  # no limit below the 16-CTA build
+    assert aot_loader.launch_slices(0, wide, 512, True) == []
+    assert aot_loader.launch_slices(30, wide, 512) == [slice(0, 30)]  # token rows past two waves stream
 

@@ -194,8 +194,8 @@ def _model_runner(build, block_mode, k, mutant=0):
     return run
 
 
-def _builds_holding(width):
-    return [b.name for b in BUILDS if width <= b.capacity] + ["policy", "policy-resident-32"]
+def _builds_holding(width, block_mode=False):
+    return [b.name for b in BUILDS if width <= b.capacity_in(block_mode)] + ["policy", "policy-resident-32"]
 
 
 # 40960: token rows over 32768 take the sampled path on 8x512x8, 4x1024x8 and 8x512x16, the
@@ -204,9 +204,9 @@ def _builds_holding(width):
 CPU_WIDTHS = (40960, 73728)
 
 
-@pytest.mark.parametrize("block_mode", [False, True], ids=["token", "block"])
-@pytest.mark.parametrize("build", _builds_holding(max(CPU_WIDTHS)))
-@pytest.mark.parametrize("width", CPU_WIDTHS)
+@pytest.mark.parametrize("width, build, block_mode", [
+    pytest.param(width, build, block_mode, id=f"{width}-{build}-{'block' if block_mode else 'token'}")
+    for block_mode in (False, True) for build in _builds_holding(max(CPU_WIDTHS), block_mode) for width in CPU_WIDTHS])
 def test_model_is_batch_invariant_and_canonical(width, build, block_mode):
     names, bits, lengths = row_set(width)
     problems = []
@@ -225,7 +225,7 @@ def test_model_is_batch_invariant_and_canonical_wide(width, block_mode):
     """The widest rows of each build's capacity, on every build that holds them and the
     policy's."""
     names, bits, lengths = row_set(width)
-    builds = [b.name for b in BUILDS if width <= b.capacity] + ["policy"]
+    builds = [b.name for b in BUILDS if width <= b.capacity_in(block_mode)] + ["policy"]
     problems = []
     for build in builds:
         for k in KS:
@@ -366,7 +366,7 @@ def test_gpu_is_batch_invariant_and_canonical_across_runs(launch, next_n, block_
     names, bits, lengths = row_set(GPU_WIDTH)
     req_bits, seq = _requests(names, bits, lengths, next_n)
     count = len(names)
-    builds = [None] + [b for b in BUILDS if GPU_WIDTH <= b.capacity]
+    builds = [None] + [b for b in BUILDS if GPU_WIDTH <= b.capacity_in(block_mode)]
     rng = np.random.default_rng(next_n + 10 * block_mode)
     batches = [batch for size in GPU_REQUESTS for batch in arrangement(count, size, rng)]
     all_lengths = seq_lens_lengths(seq, next_n, GPU_WIDTH).reshape(count, next_n)  # [request, draft]

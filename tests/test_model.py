@@ -1,5 +1,6 @@
-"""The cluster model (reference/model.py): conforms on every build, takes SPEC.md's paths,
-produces the trace conformance/trace.py prescribes, and validates its inputs."""
+"""The cluster model (reference/model.py): conforms on every build, takes SPEC.md's paths
+(the streamed path of 1x512x4 and 2x512x4 too), produces the trace conformance/trace.py prescribes, and
+validates its inputs."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decode_topk.conformance.checker import check
-from decode_topk.conformance.trace import expected_trace, trace_invariants
+from decode_topk.conformance.trace import expected_trace, sample_positions, trace_invariants
 from decode_topk.kernel import policy
 from decode_topk.reference import bf16_bits_from_float32
 from decode_topk.reference.model import MUTANTS, resolve_build, simulate
@@ -15,12 +16,13 @@ from decode_topk.kernel.policy import BUILDS, Build
 
 SPECIALS = np.array([0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC0, 0x7F81, 0x7FFF, 0x3F80], np.uint16)
 # Widths around the path thresholds D (SPEC 2.3: 32,768 logits at 1 and 2 CTAs, 65,536 at 4
-# and 8, 131,072 at 16), so that every build sees short, direct and sampled rows.
-WIDTHS = (8, 600, 4104, 17000, 32768, 32776, 40000, 65536, 65544, 90000, 131072, 131080)
+# and 8, 131,072 at 16; 16,384 on 1x512x4, 2.12), so that every build sees short, direct and
+# sampled rows.
+WIDTHS = (8, 600, 4104, 16384, 16392, 17000, 32768, 32776, 40000, 65536, 65544, 90000, 131072, 131080)
 
 
-def _fits(width, build):
-    return width <= build.capacity
+def _fits(width, build, block_mode):
+    return width <= build.capacity_in(block_mode)
 
 
 @st.composite
@@ -51,7 +53,7 @@ def batches(draw):
 def test_model_conforms_on_every_build(batch, k, block_mode):
     logits, lengths = batch
     for build in BUILDS:
-        if not _fits(logits.shape[1], build):
+        if not _fits(logits.shape[1], build, block_mode):
             continue
         out, trace = simulate(logits, lengths, k, block_mode, build=build)
         assert out.dtype == np.int32 and out.shape == (logits.shape[0], k)
@@ -70,16 +72,18 @@ def _row(width, length, seed=0):
 def test_paths_follow_spec(build):
     cluster, threads, vectors = build
     # SPEC 2.3, restated: the direct path's last length is eight vectors a thread at one
-    # CTA, four at two, two on the clusters of 4, 8 and 16
-    direct_max = 8 * cluster * threads * {1: 8, 2: 4}.get(cluster, 2)
-    assert policy.direct_max_length(cluster) == direct_max
+    # CTA, four at two, two on the clusters of 4, 8 and 16; on 1x512x4 its stage (2.12)
+    direct_max = 8 * cluster * threads * ({1: 8, 2: 4}.get(cluster, 2) if build.name != "1x512x4" else 4)
+    assert policy.direct_max_length(cluster, vectors) == direct_max
     k = 512
     cases = [
         (False, 0, 0), (False, k, 0), (False, k + 1, 2), (True, 8 * k, 0), (True, 8 * k + 1, 2),
-        (False, min(direct_max, build.capacity), 2),
+        (False, min(direct_max, build.capacity), 2), (True, build.capacity_in(True), 2),
     ]
     if direct_max < build.capacity:
-        cases += [(False, direct_max + 1, 1), (True, direct_max + 1, 2)]
+        cases += [(False, direct_max + 1, 1)]
+    if direct_max < build.capacity_in(True):
+        cases += [(True, direct_max + 1, 2)]
     for block_mode, length, path in cases:
         logits, lengths = _row(max(length, 8), length)
         _, trace = simulate(logits, lengths, k, block_mode, build=(cluster, vectors))
@@ -100,7 +104,8 @@ def test_sampled_trace_fields():
     logits = rng.integers(0x3000, 0x4000, size=(2, 131072), dtype=np.uint16)
     lengths = np.array([131072, 100001], np.int32)
     # every build that holds the row and samples it (16x512x16 takes 131,072 logits direct)
-    for build in (b for b in BUILDS if b.capacity >= logits.shape[1] and policy.direct_max_length(b.cluster) < 100001):
+    for build in (b for b in BUILDS if b.capacity >= logits.shape[1]
+                  and policy.direct_max_length(b.cluster, b.vectors) < 100001):
         _, trace = simulate(logits, lengths, 1024, False, build=build)
         assert (trace[:, 0] == 1).all(), trace
         assert trace[0, 2] == (2048 * (1024 + 2560) + 131071) // 131072
@@ -122,8 +127,21 @@ def test_policy_chooses_the_build():
         assert all(np.array_equal(a, b) for a, b in zip(got, want))
     assert resolve_build(3, 300000) == (8, 512, 16)
     assert resolve_build(3, 600000) == (16, 512, 16)
+    # token rows past the 16-CTA build's two waves stream (on 2x512x4: wider than
+    # STREAM_1_WIDTH); block rows there are refused
+    assert resolve_build(5, 600000, resident=lambda b: 2) == policy.STREAM_2
     with pytest.raises(ValueError, match="rows"):
-        resolve_build(5, 600000, resident=lambda b: 2)
+        resolve_build(5, 600000, resident=lambda b: 2, block_mode=True)
+    # STREAM_ROWS rows wider than STREAM_WIDTH stream in token mode only: on 2x512x4 while
+    # its clusters are resident, else on 1x512x4; up to STREAM_WIDTH, rows past the
+    # resident 2x512x16 clusters stream
+    wide = policy.STREAM_WIDTH + 8
+    assert resolve_build(policy.STREAM_ROWS, wide) == policy.STREAM_2
+    assert resolve_build(policy.STREAM_ROWS, wide, resident=lambda b: 1) == policy.STREAM
+    assert not resolve_build(policy.STREAM_ROWS, wide, block_mode=True).streams
+    assert not resolve_build(policy.STREAM_ROWS - 1, wide).streams
+    assert resolve_build(3, policy.STREAM_WIDTH, resident=lambda b: 2) == policy.STREAM
+    assert not resolve_build(3, policy.Build.of(1, 16).stage, resident=lambda b: 2).streams
 
 
 def test_build_validation():
@@ -134,6 +152,12 @@ def test_build_validation():
     wide = np.zeros((1, 262152), np.uint16)
     with pytest.raises(ValueError, match="262152"):
         simulate(wide, np.array([10], np.int32), 512, build="8x512x8")
+    for streamed in ("1x512x4", "2x512x4"):
+        simulate(wide, np.array([10], np.int32), 512, build=streamed)  # token rows stream
+    with pytest.raises(ValueError, match=r"width = 16392 exceeds the capacity 16384 of build 1x512x4 in block mode"):
+        simulate(np.zeros((1, 16392), np.uint16), np.array([10], np.int32), 512, True, build="1x512x4")
+    with pytest.raises(ValueError, match=r"width = 32776 exceeds the capacity 32768 of build 2x512x4 in block mode"):
+        simulate(np.zeros((1, 32776), np.uint16), np.array([10], np.int32), 512, True, build="2x512x4")
     with pytest.raises(ValueError, match="1048584"):
         simulate(np.zeros((1, 1048584), np.uint16), np.array([1], np.int32), 512)
     for spelling in ("16x512x16", (16, 16), (16, 512, 16), Build(16, 512, 16)):
@@ -162,3 +186,55 @@ def test_mutant_table():
     ids = [number for number, _ in MUTANTS.values()]
     assert sorted(ids) == list(range(1, len(ids) + 1))
     assert all(doc for _, doc in MUTANTS.values())
+
+
+def test_streamed_path_and_its_fallbacks():
+    """1x512x4 and 2x512x4 (SPEC 2.12): a row past the stage streams (path 1 with the
+    sampled fields); one value is each queue truncated at k vectors of top == cutoff (K =
+    cutoff, A = 0); the samples at the row's lowest values make every vector's top exceed
+    the cutoff and each queue overflow (reason 1: GV_c > STREAM_QUEUE, the chunks hold
+    more), and the largest values at the samples underflow (reason 2), each then taking the
+    direct path from global memory; every output the canonical answer, every trace the
+    oracle's."""
+    rng = np.random.default_rng(5)
+    width = 140000
+    lengths = np.array([width, width - 3, width, width - 1], np.int32)
+
+    def samples(length):  # both streamed builds' sample positions
+        return np.unique(np.concatenate([sample_positions(length, c) for c in (1, 2)]))
+
+    normal = rng.integers(0x3000, 0x3F00, size=width).astype(np.uint16)
+    one = np.full(width, 0x3F80, np.uint16)
+    over = rng.integers(0x4000, 0x4300, size=width).astype(np.uint16)
+    over[samples(int(lengths[2]))] = 0x3000
+    under = normal.copy()
+    hits = samples(int(lengths[3]))
+    under[hits] = 0x4000 + rng.permutation(hits.size).astype(np.uint16)
+    logits = np.stack([normal, one, over, under])
+    for build in (policy.STREAM, policy.STREAM_2):
+        for k in policy.KS:
+            out, trace = simulate(logits, lengths, k, False, build=build)
+            assert check(logits, lengths, k, False, out, strict=True) == [], (build.name, k)
+            assert np.array_equal(trace, expected_trace(logits, lengths, k, False, build)), (build.name, k)
+            assert trace[:, :2].tolist() == [[1, 0], [1, 0], [2, 1], [2, 2]], trace
+            assert trace[1, 4:].tolist() == [0, width - 3, 0xBF80, 0]  # G, E, K = the cutoff, A
+            assert trace[2, 4] + min(trace[2, 5], k) > policy.STREAM_QUEUE
+
+
+def test_a_streamed_row_is_the_direct_paths_answer():
+    """SPEC 2.12: a streamed row, sampled or fallen back, writes the direct path's answer
+    with its K and A: the same rows on the streamed builds and on builds that take them
+    direct agree in out, kth and above."""
+    rng = np.random.default_rng(11)
+    width = 65536
+    bits = bf16_bits_from_float32(rng.standard_normal((3, width)).astype(np.float32))
+    bits[1, ::3] = 0x3F80
+    lengths = np.array([width, width - 5, 40001], np.int32)
+    for k in policy.KS:
+        direct_out, direct_trace = simulate(bits, lengths, k, False, build="8x512x8")  # D = 65,536: direct
+        assert (direct_trace[:, 0] == 2).all()
+        for build in (policy.STREAM, policy.STREAM_2):
+            out, trace = simulate(bits, lengths, k, False, build=build)
+            assert (trace[:, 2] > 0).all()  # streamed: a sampled attempt
+            np.testing.assert_array_equal(out, direct_out, err_msg=f"{build.name} k={k}")
+            np.testing.assert_array_equal(trace[:, 6:], direct_trace[:, 6:])

@@ -19,6 +19,7 @@ from decode_topk.kernel.policy import BUILDS, Build
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ("path:short", "path:sampled", "path:direct", "reason:underflow")
+STREAMED = REQUIRED + ("reason:overflow",)  # 1x512x4's list overflows (SPEC 2.12)
 
 
 def test_model_passes_ci_on_every_build(model_ci):
@@ -33,14 +34,17 @@ def test_ci_reaches_every_path_and_reason_on_every_build(model_ci):
     coverage = result.coverage()
     for build in list(BUILDS):
         cov = coverage[build.name]
-        # 1x512x8 has no sampled path (SPEC 2.3: its capacity is its direct_max_length)
-        required = REQUIRED if policy.direct_max_length(build.cluster) < build.capacity else \
-            ("path:short", "path:direct")
+        # 1x512x8 has no sampled path (SPEC 2.3: its capacity is its direct_max_length);
+        # only 1x512x4 overflows
+        if policy.direct_max_length(build.cluster, build.vectors) == build.capacity:
+            required = ("path:short", "path:direct")
+        else:
+            required = STREAMED if build.streams else REQUIRED
         missing = [key for key in required if cov.get(key, 0) == 0]
         assert missing == [], (build.name, cov)
-        if required != REQUIRED:
-            assert cov.get("path:sampled", 0) == 0 and cov.get("reason:underflow", 0) == 0, (build.name, cov)
-    assert "trace coverage (rows):" in text and "fallback underflow=" in text
+        absent = [key for key in STREAMED if key not in required and cov.get(key, 0)]
+        assert absent == [], (build.name, cov)
+    assert "trace coverage (rows):" in text and "fallback overflow=" in text and " underflow=" in text
 
 
 @pytest.fixture
@@ -99,7 +103,7 @@ def test_cli_model_one_build():
     underflow = sum(reason == 2 for _, reason in intents)
     assert underflow and sampled, intents
     assert (f"8x512x16   path short=0 sampled={sampled} direct={len(intents) - sampled} | "
-            f"fallback underflow={underflow}") in result.stdout
+            f"fallback overflow=0 underflow={underflow}") in result.stdout
     bad = subprocess.run([sys.executable, "-m", "decode_topk.conformance", "--impl", "model", "--build", "3x512x8"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "3x512x8" in bad.stderr

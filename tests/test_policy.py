@@ -33,7 +33,12 @@ def test_build_spellings():
                          tuple(np.int64(x) for x in build)):
             assert Build.parse(spelling) == build
         assert str(build) == build.name == f"{build.cluster}x{build.threads}x{build.vectors}"
-        assert build.capacity == build.cluster * build.threads * build.vectors * 8
+        assert build.stage == build.cluster * build.threads * build.vectors * 8
+        # a token row of a streamed build may be as wide as any; a block row never streams
+        assert build.capacity == (policy.MAX_WIDTH if build.streams else build.stage)
+        assert (build.capacity_in(False), build.capacity_in(True)) == (build.capacity, build.stage)
+    assert [b.name for b in BUILDS if b.streams] == [policy.STREAM.name, policy.STREAM_2.name] == \
+        ["1x512x4", "2x512x4"]
     for bad in ("8x1024x8", "8x16", "8x512", "8-512-8", "x", (8,), (8, 512, 8, 1), (True, 8), 8, None, 8.0):
         with pytest.raises(ValueError, match="build"):
             Build.parse(bad)
@@ -60,9 +65,16 @@ def test_flags_refuse_the_rest(value):
 
 def test_launch_slices():
     wide = policy.MAX_WIDTH
-    assert policy.launch_slices(30, wide, lambda b: 7) == [slice(0, 14), slice(14, 28), slice(28, 30)]
-    assert policy.launch_slices(32, wide, lambda b: 7, next_n=4) == [slice(0, 12), slice(12, 24), slice(24, 32)]
-    assert policy.launch_slices(64, 131072, lambda b: 1) == [slice(0, 64)]
+    # block rows: two waves of the 16-CTA build a launch
+    assert policy.launch_slices(30, wide, lambda b: 7, block_mode=True) == [slice(0, 14), slice(14, 28),
+                                                                            slice(28, 30)]
+    assert policy.launch_slices(32, wide, lambda b: 7, next_n=4, block_mode=True) == [slice(0, 12), slice(12, 24),
+                                                                                      slice(24, 32)]
+    assert policy.launch_slices(64, 131072, lambda b: 1, block_mode=True) == [slice(0, 64)]
+    assert policy.launch_slices(0, wide, lambda b: 7, block_mode=True) == []
+    # token rows past the two waves stream (2x512x4 at this width): one launch takes them all
+    assert policy.build_for(30, wide, lambda b: 7) == policy.STREAM_2
+    assert policy.launch_slices(30, wide, lambda b: 7) == [slice(0, 30)]
     assert policy.launch_slices(0, wide, lambda b: 7) == []
 
 

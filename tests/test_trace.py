@@ -63,7 +63,7 @@ def test_coverage_counts():
     trace = np.array([[0, 0] + [-1] * 6, [1, 0, 1, 1, 1, 1, 1, 1], [2, 1, 1, 1, 1, 1, 1, 1],
                       [2, 2, 1, 1, 1, 1, 1, 1], [2, 0] + [-1] * 4 + [1, 1]], np.int32)
     assert coverage(trace) == {"path:short": 1, "path:sampled": 1, "path:direct": 3,
-                               "reason:underflow": 1}
+                               "reason:overflow": 1, "reason:underflow": 1}
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=str)
@@ -86,3 +86,34 @@ def test_the_least_sample_rank_is_spec_2_4s():
     # of SPEC 2.4's rule; a planted Q_MIN is caught here and by the traces (q_min_one)
     from decode_topk.conformance.trace import q_min
     assert policy.Q_MIN == {k: q_min(k) for k in policy.KS} == {512: 6, 1024: 8, 2048: 11}
+
+
+def test_overflow_is_a_streamed_queues():
+    """Reason 1 (SPEC 2.11, 2.12): some CTA's queue of vectors overflows, Q_c = GV_c +
+    min(EV_c, k) > STREAM_QUEUE, on the streamed builds only; a trace claiming it where the
+    queues fit, or hiding it, is reported with the build, and without it where no CTA's
+    queue could overflow (G + min(E, k) <= STREAM_QUEUE)."""
+    case = next(c for c in cases("ci") if c.name == "streamed-queue")
+    logits, lengths = case.generate()
+    for build in (policy.STREAM, policy.STREAM_2):
+        for k in policy.KS:
+            _, trace = simulate(logits, lengths, k, False, build=build)
+            assert trace_invariants(logits, lengths, k, False, trace, build) == []
+            over = np.flatnonzero(trace[:, 1] == 1)
+            fits = np.flatnonzero(trace[:, 0] == 1)
+            assert over.size and fits.size, trace[:, :2]
+            assert (trace[over, 4] + np.minimum(trace[over, 5], k) > policy.STREAM_QUEUE).all()
+            hidden = trace.copy()
+            hidden[over, :2] = (1, 0)  # claims the sampled path
+            assert trace_invariants(logits, lengths, k, False, hidden, build)
+            claimed = trace.copy()
+            claimed[fits, :2] = (2, 1)  # claims an overflow where every queue fits
+            assert len(trace_invariants(logits, lengths, k, False, claimed, build)) >= fits.size
+            assert any("overflow with" in p for p in trace_invariants(logits, lengths, k, False, claimed))
+            # the same rows on a build that stages them: no overflow
+            assert 1 not in expected_trace(logits, lengths, k, False, Build.parse("8x512x8"))[:, 1].tolist()
+    # CTA by CTA: row 2's queues overflow at one CTA a row (10,000 + 200 vectors) and fit at
+    # two (5,100 each), row 3's only in the last CTA at two
+    one = expected_trace(logits, lengths, 512, False, policy.STREAM)
+    two = expected_trace(logits, lengths, 512, False, policy.STREAM_2)
+    assert one[2:4, :2].tolist() == [[2, 1], [2, 1]] and two[2:4, :2].tolist() == [[1, 0], [2, 1]]

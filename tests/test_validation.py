@@ -124,17 +124,22 @@ def test_bad_input_raises_before_launch(call, kind):
 @pytest.mark.gpu
 @pytest.mark.parametrize("call", _entries.params())
 def test_too_many_rows_for_two_waves_of_the_16_cta_build(call):
+    """Block rows past the 16-CTA build's two waves are refused (SPEC 2.1, max_rows); token
+    rows there stream (2x512x4), so one launch takes them."""
     from decode_topk.kernel import aot_loader
 
     width = policy.MAX_WIDTH
-    limit = policy.WAVES_16 * (aot_loader.max_active_clusters(512, 16, 16) if _entries._have_aot() else 7)
+    limit = policy.WAVES_16 * (aot_loader.max_active_clusters(512, 16, 16, True) if _entries._have_aot() else 7)
     logits = torch.zeros((limit + 1, width), dtype=torch.bfloat16, device="cuda")
-    lengths = torch.full((limit + 1,), width, dtype=torch.int32, device="cuda")
+    lengths = torch.full((limit + 1,), width // 8, dtype=torch.int32, device="cuda")
     out = torch.empty((limit + 1, 512), dtype=torch.int32, device="cuda")
     with pytest.raises(ValueError, match=f"rows={limit + 1} of width {width} exceed the 16-CTA build's 2 waves"):
-        call(logits, lengths, 512, out)
-    call(logits[:limit], lengths[:limit], 512, out[:limit])  # the limit itself is taken
+        call(logits, lengths, 512, out, block_mode=True)
+    call(logits[:limit], lengths[:limit], 512, out[:limit], block_mode=True)  # the limit itself is taken
+    out.fill_(-7)
+    call(logits, lengths, 512, out)  # token rows: streamed; one value, so the canonical answer is 0 .. 511
     torch.cuda.synchronize()
+    assert bool((out == torch.arange(512, dtype=torch.int32, device="cuda")).all())
 
 
 @pytest.mark.gpu
