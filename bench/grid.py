@@ -60,7 +60,9 @@ events around it, and before every timed call a 256 MiB write evicts L2 (60 MB),
 input is served from L2; median of --reps after --warmup calls. The L2-resident times
 (`*_l2_us`, peers' `l2_us`; --no-l2 skips them) replay the same graph with no eviction, so
 the logits are in L2 as far as they fit, as they are after the MQA logits kernel has just
-written them. Times in microseconds:
+written them; a GPU sleep (L2_SLEEP_CYCLES, no memory traffic) before each keeps the GPU
+busy while the host enqueues the replay, as the eviction does for the evicted times, so
+neither measures the host's launch latency. Times in microseconds:
 - dtk: DecodeTopK (the policy's build; rows beyond the 16-CTA build's two waves run as
   several launches of at most that many rows, noted in `launches`); dtk_l2 L2-resident;
 - floor: bench/speed_of_light.py on the same build (load the row, write k indices);
@@ -99,6 +101,11 @@ LENGTHS = (8192, 32768, 131072, 262144, 524288, 1048576)
 KS = (512, 2048)
 DATA = ("rho0.9", "rho0.999", "gaussian")
 FLUSH_BYTES = 256 << 20
+# ~50 us of %clock spin before each L2-resident replay (torch.cuda._sleep): longer than a
+# graph replay takes the host to enqueue. Without it (runs before session 11) a replay could
+# start only when the host got there: session 11's first grid measured the L2-resident floor
+# at 19.6 us where the evicted one took 4.5 (bench/NOTES.md session 11).
+L2_SLEEP_CYCLES = 100_000
 # The keys every timed point has (dtk_l2_us and peers are optional: --no-l2, --peers).
 TIMED_KEYS = ("dtk_us", "floor_us", "torch_us", "vs_floor", "vs_torch", "dtk_tb_s", "floor_tb_s")
 # Issue 15's targets: (rows, length, k) -> (target microseconds at rho 0.9: 0.6x of the
@@ -134,7 +141,8 @@ def make_logits(torch, kind, rows, width, seed, heads=32, dim=64):
 
 class Timer:
     """Median microseconds of a CUDA graph replay, L2 evicted before each (evict=False:
-    replayed back to back, so the input is L2-resident as far as it fits)."""
+    replayed after a GPU sleep, with no eviction, so the input is L2-resident as far as it
+    fits). Either way the GPU is busy when the host enqueues the timed replay."""
 
     def __init__(self, torch, warmup, reps):
         self.torch, self.warmup, self.reps = torch, warmup, reps
@@ -162,6 +170,8 @@ class Timer:
         for start, end in events:
             if evict:
                 self.flush.zero_()
+            else:
+                torch.cuda._sleep(L2_SLEEP_CYCLES)
             start.record()
             graph.replay()
             end.record()
@@ -582,7 +592,8 @@ def run(args):
     info = aot_loader.library_info()
     timing = f"CUDA graph replay, L2 evicted, median of {args.reps} after {args.warmup}"
     if ctx["l2"]:
-        timing += "; L2-resident (dtk_l2_us, floor_l2_us, torch_l2_us, peers' l2_us): the same without eviction"
+        timing += ("; L2-resident (dtk_l2_us, floor_l2_us, torch_l2_us, peers' l2_us): the same without eviction, "
+                   "a GPU sleep before each")
     results = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
                "torch": torch.__version__, "kernel_source_sha256": info["kernel_source_sha256"],
                "timing": timing, "points": []}
@@ -1130,6 +1141,21 @@ def _rel(path, start):
     return os.path.relpath(Path(path).resolve(), Path(start).resolve())
 
 
+def l2_caveat(points):
+    """A sentence where a run's L2-resident times are not kernel times, else "": the floor
+    loads the same bytes either way, and from L2 it cannot be much slower than from HBM,
+    so an L2-resident floor over 1.5x the evicted one at most points means that those
+    replays waited on the host (a run before L2_SLEEP_CYCLES)."""
+    pairs = [(p["floor_l2_us"], p["floor_us"]) for p in points
+             if isinstance(p.get("floor_l2_us"), (int, float)) and isinstance(p.get("floor_us"), (int, float))]
+    slow = sum(l2 > 1.5 * us for l2, us in pairs)
+    if not pairs or 2 * slow <= len(pairs):
+        return ""
+    return (f" **This run's L2-resident times are not kernel times**: its L2-resident floor took over 1.5x "
+            f"the evicted floor at {slow} of {len(pairs)} points, because those replays waited on the host "
+            "(the run predates grid.py's GPU sleep before each, L2_SLEEP_CYCLES); read the evicted columns.")
+
+
 def results_md(results, extras, png, targets=None, time_keys=PEER_TIME_KEYS, command=None, md_path=None):
     """bench/RESULTS.md, whole: how to read it, the targets (from the grid, else from the
     --targets run), a summary, the plot and every table of the runs."""
@@ -1155,7 +1181,7 @@ def results_md(results, extras, png, targets=None, time_keys=PEER_TIME_KEYS, com
              "analysis.", "",
              f"{results['gpu']}, {results['date']}, torch {results['torch']}, kernel source "
              f"`{results['kernel_source_sha256'][:12]}`. Timing: {results['timing']}. Every point's DecodeTopK "
-             "output passed the contract check before it was timed.", "",
+             "output passed the contract check before it was timed." + l2_caveat(target_points), "",
              "What the columns are:", "",
              "- **DecodeTopK**: this kernel, on the launch policy's build (`build`); `launches` > 1 where the "
              "rows exceed the 16-CTA build's two waves.",

@@ -46,14 +46,16 @@ CONFIGS = {
                      for rows, width, k in ((64, 8192, 512), (128, 8192, 2048), (64, 16384, 512), (32, 32768, 2048),
                                             (64, 32768, 512), (128, 65536, 512), (128, 65536, 2048))
                      for over in ({}, DIRECT)],
-    # issue 15's twelve target points (rho 0.9) on the policy's build on the H200 (session 7)
+    # issue 15's twelve target points (rho 0.9) on the policy's build on the H200 (session 11:
+    # 64 x 262144 and 32 x 1M stream on 2x512x4, SPEC 2.1; session 7's stand-in for the
+    # latter was 14 x 1M on 16x512x16)
     "targets": [(rows, width, k, False, build, {})
                 for rows, width, k, build in ((1, 131072, 2048, (8, 8)), (8, 131072, 2048, (8, 8)),
                                               (64, 131072, 2048, (2, 16)), (32, 32768, 2048, (2, 8)),
                                               (64, 8192, 512, (2, 8)), (1, 1048576, 512, (16, 16)),
-                                              (8, 524288, 512, (8, 16)), (64, 262144, 512, (4, 8)),
+                                              (8, 524288, 512, (8, 16)), (64, 262144, 512, (2, 4)),
                                               (128, 65536, 512, (1, 16)), (128, 8192, 2048, (1, 8)),
-                                              (1, 8192, 512, (2, 8)), (14, 1048576, 2048, (16, 16)))],
+                                              (1, 8192, 512, (2, 8)), (32, 1048576, 2048, (2, 4)))],
     # the least sample rank Q_MIN[k] (SPEC 2.4) against the aim alone (q_min=1, session 7's rule)
     "q-min": [(rows, width, k, False, build, over)
               for rows, width, k, build in ((1, 1048576, 1024, (16, 16)), (1, 1048576, 2048, (16, 16)),
