@@ -1,6 +1,7 @@
 """bench/profile_phases.py without a GPU: every configuration names a build that holds its
-width (a streamed build's token rows: any width) and overrides only attributes the kernel class has, so a DSL run on the H200 (two
-device runs) is not spent on a typo or on a knob that was removed."""
+width (a streamed build's token rows: any width) and overrides only attributes the kernel
+class has, so a DSL run on the H200 (two device runs) is not spent on a typo or on a knob
+that was removed."""
 
 import sys
 from pathlib import Path
