@@ -25,9 +25,8 @@ def test_every_configuration_can_run(name):
         threads = overrides.get("threads", policy.threads_for(cluster))
         assert rows >= 1 and k in policy.KS
         # a streamed build's token rows hold any width (SPEC 2.12), any other row its stage's
-        streams = policy.Build.of(cluster, vectors) in policy.BUILDS and policy.Build.of(cluster, vectors).streams
-        held = policy.MAX_WIDTH if streams and not block_mode else cluster * threads * vectors * 8
-        assert width <= held, (name, rows, width, cluster, vectors)
+        assert width <= policy.Build(cluster, threads, vectors).capacity_in(block_mode), (name, rows, width, cluster,
+                                                                                          vectors)
         if "threads" not in overrides:
             assert policy.Build.of(cluster, vectors) in policy.BUILDS, (name, cluster, vectors)
         topk = dtk.DecodeTopK(k, cluster, vectors, block_mode, profile=True)
