@@ -37,7 +37,7 @@ STREAMED = {"1x512x4": ((EDGE_MAX, EDGE_STAGE), EDGE_STAGE), "2x512x4": ((EDGE_M
 # The stream rule (SPEC 2.1, 2.12): token batches wider than EDGE_1 logits stream past the
 # resident 2x512x16 clusters up to STREAM_WIDTH logits, from STREAM_ROWS rows past it, and
 # past the 16-CTA build's two waves; they take 1x512x4 past the resident 2x512x4 clusters
-# up to EDGE_16 logits, else 2x512x4. Measured on the H200 (kernel/policy.py's STREAM_ROWS,
+# up to EDGE_8 logits, else 2x512x4. Measured on the H200 (kernel/policy.py's STREAM_ROWS,
 # STREAM_WIDTH and STREAM_1_WIDTH): when they change there, change these with them; the
 # edge table follows them.
 STREAM_ROWS = 32
@@ -79,8 +79,8 @@ def expected_streams(rows, width, resident, block_mode=False):
 
 def expected_stream_build(rows, width, resident):
     """Which streamed build a streaming batch takes: 1x512x4 when the rows outnumber the
-    resident 2x512x4 clusters and are at most EDGE_16 logits wide, else 2x512x4."""
-    return "1x512x4" if width <= EDGE_16 and rows > resident(policy.Build(2, 512, 4)) else "2x512x4"
+    resident 2x512x4 clusters and are at most EDGE_8 logits wide, else 2x512x4."""
+    return "1x512x4" if width <= EDGE_8 and rows > resident(policy.Build(2, 512, 4)) else "2x512x4"
 
 
 def expected_build(rows, width, resident, block_mode=False):

@@ -484,7 +484,7 @@ class DecodeTopK:
         self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
         self.samples_per_cta = SAMPLES // cluster
         # Longer token rows stream (2.12); block rows never do, so their variants carry
-        # no ring and no list.
+        # no streaming code and no index region beside the queue.
         self.streams = Build.of(cluster, vector_count).streams and not self.block_mode
         self.direct_max = direct_max_length(cluster, vector_count)  # longer token rows: sampled (2.3, 2.12)
         self.q_min = Q_MIN[k]  # the least sample rank (2.4)
@@ -1200,8 +1200,7 @@ class DecodeTopK:
                         c0, c1, c2, c3, c4 = self.queue_tile(sm, tid, lane, tile & 1, vectors, lo, need, length,
                                                              c0, c1, c2, c3, c4)
                     else:
-                        c0, c1 = self.compact_tile(sm, tid, lane, tile & 1, vectors, lo, need, length, nv, c0, c1,
-                                                   out_row, False)
+                        c0, c1 = self.compact_tile(sm, tid, lane, vectors, lo, need, length, c0, c1, out_row)
                 # The whole list is rebound (a loop-carried name), each buffer in its place.
                 bufs = bufs[:j] + [self.stream_load(tid, row_logits, tile + ahead, length, start, end)] + bufs[j + 1:]
         return c0, c1, c2, c3, c4
@@ -1286,19 +1285,18 @@ class DecodeTopK:
         return run_gv + (total & 0xFFFF), run_ev + (total >> 16), dropped, gt, eq
 
     @cute.jit
-    def compact_tile(self, sm, tid, lane, parity, vectors, lo, need, length, nv, run_gt, run_eq, out_row,
-                     to_list: cutlass.Constexpr):
-        """One tile of a compaction: each key > lo goes to position gtb + min(eqb, need),
-        each key == lo with eqb < need to gtb + eqb (gtb / eqb: the row's keys > lo / == lo
-        at lower indices), in the list (to_list) or the output row. Returns run_gt, run_eq
-        after the tile. In two steps, because a row's vectors rarely hold a key >= lo (4%
+    def compact_tile(self, sm, tid, lane, vectors, lo, need, length, run_gt, run_eq, out_row):
+        """One tile of the fallback's write (2.12 step 5): each key > lo goes to out[gtb +
+        min(eqb, need)], each key == lo with eqb < need to out[gtb + eqb] (gtb / eqb: the
+        row's keys > lo / == lo at lower indices). Returns run_gt, run_eq after the tile. In two steps, because a row's vectors rarely hold a key >= lo (4%
         at 1M logits) yet most warps hold one such vector, and the key-by-key test would
         cost every such warp its whole issue: (1) every lane tests its vectors' tops
         (over all 8 lanes: a zero-filled lane past the length, +0, can only make it pass,
         and the exact test masks it) and the hits move, in index order (ballot ranks in the
         warp, a scan over the (slot, warp) counts), into the tile's queue in the stage;
         (2) the queue's entries, a thread each, are tested key by key and placed (the
-        ranked write's scan over them). Three barriers a tile."""
+        ranked write's scan over them). Two barriers a tile, and tile_scan's one a round of
+        its queue."""
         warps = self.threads // 32
         warp = tid >> 5
         below = (Int32(1) << lane) - 1
@@ -1347,10 +1345,7 @@ class DecodeTopK:
                 for e in cutlass.range_constexpr(8):
                     is_gt = (gt_bits >> e) & 1
                     is_eq = (eq_bits >> e) & 1
-                    if const_expr(to_list):
-                        self.place_list(sm, word_key(keys, e), g * 8 + e, is_gt, is_eq, rank_gt, rank_eq, need)
-                    else:
-                        self.place(out_row, g * 8 + e, is_gt, is_eq, rank_gt, rank_eq, need)
+                    self.place(out_row, g * 8 + e, is_gt, is_eq, rank_gt, rank_eq, need)
                     rank_gt = rank_gt + is_gt
                     rank_eq = rank_eq + is_eq
             run_gt = run_gt + (total & 0xFFFF)

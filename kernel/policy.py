@@ -235,10 +235,12 @@ def cluster_for(rows, width, resident):
 # than 65,536 logits past the resident 2x512x16 clusters (which would run in waves), and
 # rows past the 16-CTA build's WAVES_16 waves. They take 1x512x4 when 2x512x4's clusters
 # would run in waves and the rows are at most STREAM_1_WIDTH logits wide, else 2x512x4
-# (one CTA's queue overflows on about 8% of 1,048,576-logit rows at k = 2048).
+# (past it one CTA's queue of STREAM_QUEUE vectors overflows on crowded rows: about 1 in
+# 256 at 524,288 logits, rho 0.999, k = 2048, and 8% of 1,048,576-logit rows at k = 2048;
+# a batch waits for its slowest row, bench/NOTES.md session 11).
 STREAM_ROWS = 32
 STREAM_WIDTH = 131072
-STREAM_1_WIDTH = 524288
+STREAM_1_WIDTH = 262144
 
 
 def streams_for(rows, width, resident, block_mode=False):
