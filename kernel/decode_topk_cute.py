@@ -592,6 +592,11 @@ class DecodeTopK:
         samples = self.load_samples(tid, row_logits, nv, length, sampled)
         # Issue a batch of loads before the first store: the asm statements keep their
         # order, so a store right after its load would make every load wait for the last.
+        # Each slot issues one predicated 16-byte load; the row's one partial vector is
+        # loaded lane by lane afterwards, in a branch only its thread takes. Why not
+        # load_u32x4 a slot: its lane-by-lane path is eight predicated loads and their
+        # moves in every slot of every thread (~50 instructions a slot, issued before the
+        # batch's last load: bench/NOTES.md session 11).
         tops = []
         for batch in cutlass.range_constexpr(0, V, self.load_batch):
             staged = []
@@ -599,7 +604,9 @@ class DecodeTopK:
                 i = s * nt + tid
                 g = start + i
                 valid = self.lanes_valid(i < count, g, length, nv)
-                staged.append((i, g, valid, load_u32x4(row_logits + Int64(g) * 16, valid)))
+                staged.append((i, g, valid, load_full_u32x4(row_logits + Int64(g) * 16, _pick(valid == 8, 1, 0))))
+            staged = [(i, g, valid, self.partial_vector(row_logits + Int64(g) * 16, valid, words))
+                      for i, g, valid, words in staged]
             for i, g, valid, words in staged:
                 top = Int32(-1)
                 if i < count:
@@ -1142,6 +1149,15 @@ class DecodeTopK:
             g = start + tile * (STREAM_TILE * self.threads) + s * self.threads + tid
             lanes = _pick(g < end, cutlass.min(cutlass.max(length - g * 8, Int32(0)), Int32(8)), 0)
             words += list(self.stream_vector(row_logits + Int64(_pick(lanes > 0, g, 0)) * 16, lanes))
+        return words
+
+    @cute.jit
+    def partial_vector(self, address, lanes, words):
+        """A staged vector's words: `words` (its 16-byte load, or zeros), except for a
+        partial vector (1 to 7 valid lanes), whose lanes are loaded one by one (load_u32x4,
+        zeros past them), so no read reaches the row's length."""
+        if (lanes > 0) & (lanes < 8):
+            words = load_u32x4(address, lanes)
         return words
 
     @cute.jit
