@@ -132,11 +132,11 @@ SELECT_BATCH = 4  # radix selects: keys a thread loads before it counts any
 HIST_COPIES = 8  # the selection's histograms: lane l counts into copy l mod 8
 EXCHANGES = 3  # histogram exchanges a row can need: 2 (sampled or direct), 3 (underflow, then direct)
 # Words of the "misc" region (byte offsets): the trace's cluster-wide gt and eq counters
-# (CTA 0's), the result of select (bin, above, total), the queue's length, the prefixes,
-# the trash word the histograms' uncounted keys add into (read by nothing), and a streamed
-# row's count of keys == cutoff in the vectors its queues left out and of the CTAs whose
-# queue overflowed (2.12).
-MISC_TRACE, MISC_SELECT, MISC_QUEUED, MISC_PREFIX, MISC_TRASH, MISC_DROPPED, MISC_OVERFLOW = 0, 16, 32, 40, 48, 56, 60
+# (CTA 0's), the trash word the histograms' uncounted keys add into (read by nothing), and
+# a streamed row's count of keys == cutoff in the vectors its queues left out and of the
+# CTAs whose queue overflowed (2.12). (A selection's results, the queue's length and the
+# prefixes live in registers: every warp computes them itself, SPEC.md 2.10.)
+MISC_TRACE, MISC_TRASH, MISC_DROPPED, MISC_OVERFLOW = 0, 8, 12, 16
 
 
 # ---------------------------------------------------------------------------------------
@@ -423,33 +423,39 @@ def _pick(condition, a, b):
     return Int32(cutlass.select_(condition, Int32(a), Int32(b)))
 
 
-@cute.jit
-def select_bin(hist: Int32, q: Int32, result: Int32, lane: Int32):
-    """Warp 0: the bin b of a 256-bin histogram holding the q-th largest key (counting from
-    the top bin) and the count above it, stored at result[0], result[1] when q <= the
-    histogram's total, and that total at result[2]. Lane l sums the 8
-    bins 255 - 8l .. 248 - 8l, an inclusive shuffle scan over lanes gives the counts from the
-    top, and the one lane whose range holds q walks its bins."""
+def warp_select(hist, q, lane):
+    """Every lane of the calling warp: (b, above, total) of the 256-bin histogram at shared
+    address hist: the bin b holding the q-th largest key (counting from the top bin) and
+    the count of keys above it, meaningful only when q <= total, and the histogram's total.
+    Lane l sums the 8 bins 255 - 8l .. 248 - 8l (two 16-byte loads), an inclusive shuffle
+    scan over the lanes gives the counts from the top, every lane walks its own bins, and
+    the one lane whose range holds q hands its bin and count to every lane (two warp
+    reductions, in which every other lane adds nothing). Why every warp selects for itself,
+    not warp 0 for the CTA: each warp reads the same bins and runs the same code, so every
+    warp finds the same answer, in the time warp 0 took alone, while warp 0's answer cost
+    every warp a barrier and a shared-memory round trip after it (SPEC.md 2.10). Every
+    lane of the warp must call it."""
     top = 255 - 8 * lane
-    counts = [shared_load_u32(hist + (top - j) * 4) for j in range(8)]
-    total = Int32(0)
-    for j in cutlass.range_constexpr(8):
+    low = shared_load_u32x4(hist + (top - 7) * 4)  # bins top - 7 .. top - 4
+    high = shared_load_u32x4(hist + (top - 3) * 4)  # bins top - 3 .. top
+    counts = [Int32(high[3 - j]) for j in range(4)] + [Int32(low[3 - j]) for j in range(4)]  # bin top - j
+    total = counts[0]
+    for j in range(1, 8):
         total = total + counts[j]
     inclusive = warp_inclusive_sum(total, lane)
-    above = inclusive - total
-    if lane == 31:
-        shared_store_u32(result + 8, inclusive)  # the histogram's total
-    if (above < q) & (q <= inclusive):
-        found = Int32(-1)
-        found_above = Int32(0)
-        acc = above
-        for j in cutlass.range_constexpr(8):
-            hit = (found < 0) & (acc + counts[j] >= q)
-            found_above = _pick(hit, acc, found_above)
-            found = _pick(hit, top - j, found)
-            acc = acc + counts[j]
-        shared_store_u32(result, found)
-        shared_store_u32(result + 4, found_above)
+    first = inclusive - total  # the keys in the bins above this lane's
+    found = Int32(-1)
+    found_above = Int32(0)
+    acc = first
+    for j in range(8):
+        hit = (found < 0) & (acc + counts[j] >= q)
+        found_above = _pick(hit, acc, found_above)
+        found = _pick(hit, top - j, found)
+        acc = acc + counts[j]
+    mine = (first < q) & (q <= inclusive)
+    return (cute.arch.warp_redux_sync(_pick(mine, found, -1), "max"),
+            cute.arch.warp_redux_sync(_pick(mine, found_above, 0), "add"),
+            cute.arch.warp_redux_sync(total, "add"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -508,12 +514,12 @@ class DecodeTopK:
             if STREAM_TILE * self.threads // 32 > 64:
                 raise ValueError(f"a tile of {STREAM_TILE} x {self.threads} vectors has more than 64 (slot, warp) counts")
         # Shared memory, byte offsets; every size is a multiple of 16, so each region keeps
-        # the stage's 16-byte alignment. "copies" .. "misc" are zeroed at the start, before
-        # the cluster barrier's arrive. "exchange" holds three histogram exchanges (2.5: a
+        # the stage's 16-byte alignment. "copies" .. "select" are zeroed at the start, before
+        # the cluster barrier's arrive, 16 bytes a store. "exchange" holds three histogram exchanges (2.5: a
         # row's first selection uses 0 and 1; the direct path after an underflow, which used
         # only 0, uses 1 and 2), each a 256-bin total and a 256-bin prefix of the lower ranks.
         regions = (("stage", stage_bytes), ("copies", 256 * HIST_COPIES * 4), ("exchange", EXCHANGES * 2048),
-                   ("misc", 64), ("select", 1024), ("grid", 1024),
+                   ("misc", 32), ("select", 2048), ("grid", 1024),
                    ("samples", SAMPLES * 2), ("queue", slots * 2)) + index_regions
         self.offsets = {}
         offset = 0
@@ -521,7 +527,14 @@ class DecodeTopK:
             self.offsets[name] = offset
             offset += size
         self.smem_bytes = offset
-        self.zero_words = (self.offsets["select"] - self.offsets["copies"]) // 4
+        self.zero_vectors = (self.offsets["grid"] - self.offsets["copies"]) // 16
+        # Every warp scans the (row, warp) counts of "grid" itself (grid_bases): a lane sums
+        # `per` consecutive counts, so `per` must divide the warps (a warp's count then sits
+        # at the same place in a lane's words in every row) and the counts fill the lanes.
+        for rows in {vector_count, self.grid_rounds}:
+            pairs = rows * self.threads // 32
+            if pairs % 32 or pairs > 256 or (self.threads // 32) % (pairs // 32):
+                raise ValueError(f"{rows} x {self.threads // 32} (row, warp) counts do not fit grid_bases")
 
     # -- host call ---------------------------------------------------------------------
     @cute.jit
@@ -553,10 +566,10 @@ class DecodeTopK:
         trace_row = trace.iterator.toint() + Int64(row) * (self.trace_width * 4)
         self.stamp(trace_row, rank, tid, "start")
 
-        for w in cutlass.range_constexpr((self.zero_words + nt - 1) // nt):
-            word = w * nt + tid
-            if word < self.zero_words:
-                shared_store_u32(sm["copies"] + word * 4, Int32(0))
+        for w in cutlass.range_constexpr((self.zero_vectors + nt - 1) // nt):
+            vector = w * nt + tid
+            if vector < self.zero_vectors:
+                shared_store_u32x4(sm["copies"] + vector * 16, [Int32(0)] * 4)
         # The first cluster barrier, split: this thread has zeroed its words (arrive has
         # release semantics); the wait, after staging, comes before any DSMEM access.
         if const_expr(self.cluster > 1):
@@ -778,29 +791,24 @@ class DecodeTopK:
         return [(r, order_key(bits)) for r, bits in loaded]
 
     # -- CTA-wide building blocks ------------------------------------------------------
-    @cute.jit
     def select(self, sm, tid, hist, q):
-        """(bin, count above, total) of the q-th largest in a 256-bin histogram, for every
-        thread; bin and above are meaningful only when q <= total."""
-        if tid < 32:
-            select_bin(hist, q, sm["misc"] + MISC_SELECT, tid)
-        cute.arch.sync_threads()
-        return (shared_load_u32(sm["misc"] + MISC_SELECT), shared_load_u32(sm["misc"] + MISC_SELECT + 4),
-                shared_load_u32(sm["misc"] + MISC_SELECT + 8))
+        """(bin, count above, total) of the q-th largest in a 256-bin histogram, in every
+        thread (warp_select in every warp: no barrier); bin and above are meaningful only
+        when q <= total."""
+        return warp_select(hist, q, tid & 31)
 
     @cute.jit
     def radix_select(self, sm, tid, keys, stride, count, q):
         """The q-th largest of count keys (shared Uint16 stride bytes apart; 1 <= q <=
-        count) and the count of keys above it: two 8-bit passes over one histogram."""
-        hist = sm["select"]
+        count) and the count of keys above it: two 8-bit passes, the first into the
+        "select" region's first histogram, the second into its second, both zeroed at entry,
+        so that the passes need one barrier each and no zeroing between them."""
         lane = tid & 31
-        if tid < 256:
-            shared_store_u32(hist + tid * 4, Int32(0))
-        cute.arch.sync_threads()
         high = Int32(-1)
         above_high = Int32(0)
         per_trip = SELECT_BATCH * self.threads
         for second in cutlass.range_constexpr(2):
+            hist = sm["select"] + second * 1024
             # Every warp runs the same trips (hist_add needs all 32 lanes): lanes past count
             # read the last key and count nothing. A trip loads SELECT_BATCH keys before it
             # counts any, so the loads overlap.
@@ -817,42 +825,53 @@ class DecodeTopK:
             cute.arch.sync_threads()
             if const_expr(second == 0):
                 high, above_high, unused = self.select(sm, tid, hist, q)
-                if tid < 256:
-                    shared_store_u32(hist + tid * 4, Int32(0))
-                cute.arch.sync_threads()
-        low, above_low, unused = self.select(sm, tid, hist, q - above_high)
+        low, above_low, unused = self.select(sm, tid, sm["select"] + 1024, q - above_high)
         return (high << 8) | low, above_high + above_low
 
     # -- the selection (both paths) ----------------------------------------------------
-    @cute.jit
-    def scan_grid(self, sm, tid, lane, total_at, store_total: cutlass.Constexpr):
-        """Warp 0: the exclusive prefix sums, in place, of the V x T/32 (slot, warp) counts
-        in "grid" (4 or 8 a lane), and (store_total) their total into shared word total_at;
-        then a barrier. (The ranked write needs no total, and its grid words past the last
-        round are not its counts.)"""
-        per_lane = self.grid_rounds * (self.threads // 32) // 32
-        if tid < 32:
-            counts = [shared_load_u32(sm["grid"] + (lane * per_lane + j) * 4) for j in range(per_lane)]
-            total = Int32(0)
-            for j in cutlass.range_constexpr(per_lane):
-                total = total + counts[j]
-            inclusive = warp_inclusive_sum(total, lane)
-            acc = inclusive - total
-            for j in cutlass.range_constexpr(per_lane):
-                shared_store_u32(sm["grid"] + (lane * per_lane + j) * 4, acc)
-                acc = acc + counts[j]
-            if const_expr(store_total):
-                if lane == 31:
-                    shared_store_u32(total_at, inclusive)
-        cute.arch.sync_threads()
+    def grid_bases(self, sm, lane, warp, rows):
+        """Every warp's scan of the rows x T/32 counts in "grid", in (row, warp) order, which
+        is index order (a row: a slot of the queue's vote, a round of the ranked write): lane
+        l sums the `per` counts l per .. l per + per - 1 (16 or 8 bytes a load), one
+        inclusive shuffle scan over the lanes, and each lane adds the counts of its words
+        before this warp's place among them (per divides the warps, so the count of (row,
+        warp) sits at place warp mod per of lane (row T/32 + warp) / per, whatever the row:
+        __init__). Returns (before, total): row r's exclusive base of this warp is
+        shuffle(before, self.grid_lane(r, warp, rows)), total the sum of every count. Why
+        every warp scans, not warp 0 for the CTA: each warp gets its bases in the time warp
+        0 took alone, without the barrier and the shared-memory round trip after it (SPEC.md
+        2.10). Every lane of the warp must call it; counts past the last row in use are
+        summed after every count in use, so they change no base that is read."""
+        pairs = rows * (self.threads // 32)
+        per = pairs // 32
+        at = sm["grid"] + lane * per * 4
+        if per == 2:
+            words = list(shared_load_u32x2(at))
+        else:
+            words = [Int32(w) for h in range(per // 4) for w in shared_load_u32x4(at + h * 16)]
+        mine = words[0]
+        for i in range(1, per):
+            mine = mine + words[i]
+        inclusive = warp_inclusive_sum(mine, lane)
+        before = inclusive - mine
+        place = warp % per
+        for i in range(per - 1):
+            before = before + _pick(place > i, words[i], 0)
+        return before, cute.arch.shuffle_sync(inclusive, 31)
+
+    def grid_lane(self, r, warp, rows):
+        """The lane of grid_bases whose `before` holds row r's base of this warp."""
+        per = rows * (self.threads // 32) // 32
+        return r * ((self.threads // 32) // per) + warp // per
 
     @cute.jit
     def queue_vectors(self, sm, tid, lane, tops, cutoff):
         """Queue this CTA's vectors that can hold a key >= cutoff (by top), in ascending
         local index i = s T + 32 w + l: a ballot a warp and slot, a scan of their counts in
-        (slot, warp) order, and each lane's place among its warp's hits. Returns the queue's
-        length. Why not a per-thread scan: that orders the queue by thread, then slot, which
-        is not index order, and the ranked write needs index order (SPEC.md 2.7)."""
+        (slot, warp) order (every warp its own, grid_bases), and each lane's place among its
+        warp's hits. Returns the queue's length. Why not a per-thread scan: that orders the
+        queue by thread, then slot, which is not index order, and the ranked write needs
+        index order (SPEC.md 2.7)."""
         warps = self.threads // 32
         warp = tid >> 5
         for s in cutlass.range_constexpr(self.vectors):
@@ -860,14 +879,13 @@ class DecodeTopK:
             if lane == 0:
                 shared_store_u32(sm["grid"] + (s * warps + warp) * 4, popc(hits))
         cute.arch.sync_threads()
-        self.scan_grid(sm, tid, lane, sm["misc"] + MISC_QUEUED, True)
+        before, queued = self.grid_bases(sm, lane, warp, self.vectors)
         below = (Int32(1) << lane) - 1  # the lanes below this one
         for s in cutlass.range_constexpr(self.vectors):
             hit = _pick(tops[s] >= cutoff, 1, 0)
             hits = ballot(hit)
-            slot = shared_load_u32(sm["grid"] + (s * warps + warp) * 4) + popc(hits & below)
+            slot = cute.arch.shuffle_sync(before, self.grid_lane(s, warp, self.vectors)) + popc(hits & below)
             shared_store_u16(sm["queue"] + slot * 2, s * self.threads + tid, hit)
-        queued = shared_load_u32(sm["misc"] + MISC_QUEUED)
         cute.arch.sync_threads()
         return queued
 
@@ -919,8 +937,9 @@ class DecodeTopK:
         """Count the valid bins of one vector a lane into the 8-copy histogram. Why a test
         a vector, not a key: the pass is bound by instructions issued (a test a key made
         it 5-15% slower, bench/NOTES.md session 6), and real indexer rows put a whole
-        warp's 256 keys in one high-byte bin, so one warp-wide test (redux.sync) of all of
-        them lets lane 0 make the warp's only add, into the warp's own copy (warp mod 8);
+        warp's 256 keys in one high-byte bin, so one warp-wide test of all of them (two
+        redux.sync: the largest bin, then one sum of the keys counted and of the lanes
+        holding another bin) lets lane 0 make the warp's only add, into the warp's own copy (warp mod 8);
         any other warp adds each valid key into copy lane mod 8 (bin-major, a bin's copies
         in 8 banks), with no test a key. Why the trash word: a key that is not counted adds
         its 1 there instead of skipping its add, so the 8 adds carry no predicate; ptxas
@@ -935,9 +954,12 @@ class DecodeTopK:
         for e in cutlass.range_constexpr(len(bins)):
             same = same & _pick((oks[e] != 0) & (bins[e] != mine), 0, 1)
         common = cute.arch.warp_redux_sync(mine, "max")
-        uniform = cute.arch.warp_redux_sync(same & _pick((mine == common) | (mine < 0), 1, 0), "and")
-        total = cute.arch.warp_redux_sync(count, "add")
-        if uniform != 0:
+        stray = 1 - (same & _pick((mine == common) | (mine < 0), 1, 0))  # a valid key outside common's bin
+        # One reduction for the test and the count: the count (at most 8 a lane, 256 a warp)
+        # in the low half, the lanes with a stray key in the high half.
+        packed = cute.arch.warp_redux_sync(count | (stray << 16), "add")
+        total = packed & 0xFFFF
+        if (packed >> 16) == 0:
             shared_red(hist + (common * HIST_COPIES + warp_copy) * 4, total, _pick((lane == 0) & (total > 0), 1, 0))
         else:
             for e in cutlass.range_constexpr(len(bins)):
@@ -968,10 +990,11 @@ class DecodeTopK:
         decides nothing, so its order cannot change the answer."""
         if tid < 256:
             total = Int32(0)
-            for c in cutlass.range_constexpr(HIST_COPIES):
-                address = sm["copies"] + (tid * HIST_COPIES + c) * 4
-                total = total + shared_load_u32(address)
-                shared_store_u32(address, Int32(0))
+            for h in cutlass.range_constexpr(HIST_COPIES // 4):  # a bin's copies: 16 bytes a load
+                address = sm["copies"] + tid * HIST_COPIES * 4 + h * 16
+                for word in shared_load_u32x4(address):
+                    total = total + Int32(word)
+                shared_store_u32x4(address, [Int32(0)] * 4)
             nonzero = _pick(total > 0, 1, 0)
             if const_expr(self.cluster == 1):  # no peers: the total is this CTA's own histogram
                 shared_red(buffer + tid * 4, total, nonzero)
@@ -981,28 +1004,23 @@ class DecodeTopK:
                     cluster_red(peer_address(buffer + 1024 + tid * 4, Int32(p)), total,
                                 nonzero & _pick(rank < p, 1, 0))
 
-    @cute.jit
     def prefix(self, sm, tid, lane, buffer, high, low):
         """(keys > K, keys == K) of the CTAs before this one, K = (high << 8) | low: the
-        prefix bins above high of the first pass, above low of the second, and low's. At one
-        CTA a row there are none: (0, 0), with no barrier."""
+        prefix bins above high of the first pass, above low of the second, and low's, in
+        every warp (lane l sums bins 8l .. 8l + 7 of both, one warp reduction: no barrier).
+        At one CTA a row there are none: (0, 0)."""
         gt_base = Int32(0)
         eq_base = Int32(0)
         if const_expr(self.cluster > 1):
-            if tid < 32:
-                acc = Int32(0)
-                for j in cutlass.range_constexpr(8):
-                    b = lane * 8 + j
-                    acc = acc + _pick(b > high, shared_load_u32(buffer + 1024 + b * 4), 0)
-                    acc = acc + _pick(b > low, shared_load_u32(buffer + 2048 + 1024 + b * 4), 0)
-                acc = warp_inclusive_sum(acc, lane)
-                if lane == 31:
-                    shared_store_u32(sm["misc"] + MISC_PREFIX, acc)
-                    shared_store_u32(sm["misc"] + MISC_PREFIX + 4,
-                                     shared_load_u32(buffer + 2048 + 1024 + low * 4))
-            cute.arch.sync_threads()
-            gt_base = shared_load_u32(sm["misc"] + MISC_PREFIX)
-            eq_base = shared_load_u32(sm["misc"] + MISC_PREFIX + 4)
+            first = shared_load_u32x4(buffer + 1024 + lane * 32) + shared_load_u32x4(buffer + 1024 + lane * 32 + 16)
+            second = (shared_load_u32x4(buffer + 2048 + 1024 + lane * 32)
+                      + shared_load_u32x4(buffer + 2048 + 1024 + lane * 32 + 16))
+            acc = Int32(0)
+            for j in range(8):
+                b = lane * 8 + j
+                acc = acc + _pick(b > high, Int32(first[j]), 0) + _pick(b > low, Int32(second[j]), 0)
+            gt_base = cute.arch.warp_redux_sync(acc, "add")
+            eq_base = shared_load_u32(buffer + 2048 + 1024 + low * 4)
         return gt_base, eq_base
 
     def place(self, out_row, value, is_gt, is_eq, rank_gt, rank_eq, need):
@@ -1023,11 +1041,12 @@ class DecodeTopK:
         each lane its warp's count below it, lane 31 stores the warp's total at (round,
         warp) of "grid", and the entry's flags (bit e: lane e > K, bit 8 + e: == K; block
         mode, bit 16: the block is -inf) with its warp prefix overwrite the first 8 bytes of
-        its own vector in the stage, which nothing reads after the write. One scan of the
-        grid in (round, warp) order, which is index order, gives each (round, warp) its
-        base; a second sweep places the flagged keys. Why one scan: it is simpler than a CTA
-        scan a round and measured as fast (3% faster to 1.8% slower, bench/NOTES.md session
-        7). Every slot of [0, k) is written once, by its owner."""
+        its own vector in the stage, which nothing reads after the write. After one barrier
+        every warp scans the grid in (round, warp) order, which is index order (grid_bases),
+        for its own (round, warp) bases; a second sweep places the flagged keys. Why one
+        scan: it is simpler than a CTA scan a round and measured as fast (3% faster to 1.8%
+        slower, bench/NOTES.md session 7). Every slot of [0, k) is written once, by its
+        owner."""
         need = self.k - above
         warps = self.threads // 32
         warp = tid >> 5
@@ -1053,15 +1072,16 @@ class DecodeTopK:
             if entry < queued:
                 shared_store_u32x2(sm["stage"] + i * 16, flags, inclusive - counts)
         cute.arch.sync_threads()
-        self.scan_grid(sm, tid, lane, Int32(0), False)
+        before, unused = self.grid_bases(sm, lane, warp, self.grid_rounds)
         per_vector = 1 if self.block_mode else 8
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
+            base = cute.arch.shuffle_sync(before, self.grid_lane(first // self.threads, warp, self.grid_rounds))
             if entry < queued:
                 i = self.queue_entry(sm, entry, queued, everything or streamed)
                 flags, below = shared_load_u32x2(sm["stage"] + i * 16)
                 if flags != 0:
-                    below = below + shared_load_u32(sm["grid"] + ((first // self.threads) * warps + warp) * 4)
+                    below = below + base
                     rank_gt = gt_base + (below & 0xFFF)
                     rank_eq = eq_base + (below >> 12)
                     g = self.entry_vector(sm, i, start, streamed)
