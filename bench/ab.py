@@ -42,7 +42,8 @@ def load(files):
     return runs
 
 
-def compare(files, out=sys.stdout):
+def compare(files, out=None):
+    out = out or sys.stdout
     runs = load(files)
     labels = list(runs)
     base = labels[0]
@@ -74,7 +75,7 @@ def compare(files, out=sys.stdout):
         if not rs:
             continue
         values = sorted(r for r, _ in rs)
-        slower = [f"{k[0]} {k[2]}x{k[3]} k{k[4]} {r:.3f}" for r, k in rs if r >= 1.03]
+        slower = [f"{k[0]} {k[1]} {k[2]}x{k[3]} k{k[4]} {r:.3f}" for r, k in rs if r >= 1.03]
         faster = sum(1 for r, _ in rs if r <= 0.97)
         print(f"\n{label} / {base}: median {statistics.median(values):.3f}, best {values[0]:.3f}, worst "
               f"{values[-1]:.3f} over {len(values)} points; {faster} points 3% or more faster, {len(slower)} 3% or "

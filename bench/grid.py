@@ -106,6 +106,7 @@ FLUSH_BYTES = 256 << 20
 # start only when the host got there: session 11's first grid measured the L2-resident floor
 # at 19.6 us where the evicted one took 4.5 (bench/NOTES.md session 11).
 L2_SLEEP_CYCLES = 100_000
+WARM_GPU_S = 1.0  # seconds of GPU work before the first timed point (Timer.warm_gpu)
 # The keys every timed point has (dtk_l2_us and peers are optional: --no-l2, --peers).
 TIMED_KEYS = ("dtk_us", "floor_us", "torch_us", "vs_floor", "vs_torch", "dtk_tb_s", "floor_tb_s")
 # Issue 15's targets: (rows, length, k) -> (target microseconds at rho 0.9: 0.6x of the
@@ -147,6 +148,18 @@ class Timer:
     def __init__(self, torch, warmup, reps):
         self.torch, self.warmup, self.reps = torch, warmup, reps
         self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+
+    def warm_gpu(self, seconds=WARM_GPU_S):
+        """Keep the GPU busy (the eviction's writes) for `seconds` before the first point:
+        a GPU idle before the run starts at low clocks, and a point's few milliseconds of
+        replays do not wait for them to rise (session 12's first grid timed its first point,
+        1 x 8192, at 47.0 us, where every later run of it took 9.5: bench/NOTES.md)."""
+        torch = self.torch
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for _ in range(20):
+                self.flush.zero_()
+            torch.cuda.synchronize()
 
     def graph(self, fn):
         torch = self.torch
@@ -618,6 +631,7 @@ def run(args):
                     if n == policy.MAX_WIDTH and not args.ragged:
                         plan.append((kind, r, n, 2048, True))
     path = out_dir / f"grid{args.tag}.json"
+    ctx["timer"].warm_gpu()
 
     def save(stopped=None):
         for _ in range(3):  # the watchdog's call can race the main thread's updates
