@@ -150,10 +150,11 @@ class Timer:
         self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
     def warm_gpu(self, seconds=WARM_GPU_S):
-        """Keep the GPU busy (the eviction's writes) for `seconds` before the first point:
-        a GPU idle before the run starts at low clocks, and a point's few milliseconds of
-        replays do not wait for them to rise (session 12's first grid timed its first point,
-        1 x 8192, at 47.0 us, where every later run of it took 9.5: bench/NOTES.md)."""
+        """Keep the GPU busy (the eviction's writes) for `seconds` before the first point,
+        so that it is not timed on a GPU just out of idle: session 12's first grid timed
+        its first point, 1 x 8192, at 47.0 us, where every later run of it took 9.5-9.7
+        (bench/NOTES.md; likely clocks still rising), and a point's replays last only a few
+        milliseconds."""
         torch = self.torch
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
