@@ -21,6 +21,7 @@ any run recorded a violation.
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -101,7 +102,7 @@ def run(args, grid_args):
             cmd = [sys.executable, str(root / "bench" / "grid.py"), "run", "--out", str(out), "--tag", tag,
                    *grid_args]
             print(f"== round {r}: {label} ({root})", flush=True)
-            subprocess.run(cmd, check=False, cwd=root, env={**__import__("os").environ, "PYTHONPATH": path})
+            subprocess.run(cmd, check=False, cwd=root, env={**os.environ, "PYTHONPATH": path})
             f = out / f"grid{tag}.json"
             if f.exists():
                 files.append(f)
