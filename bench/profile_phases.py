@@ -3,7 +3,7 @@
     source .dsl/b/install.sh && python bench/profile_phases.py [SET ...]
 
 SETS: cluster (the default), one-cta, one-cta-1024, targets, q-min, cluster-direct, two-cta,
-micro
+micro, s13; --time also times each configuration's profile build
 (CONFIGS below).
 
 Needs the DSL on the GPU machine (the profile build is not in the AOT library). Data:
@@ -35,6 +35,10 @@ from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
 # rows than bench/grid.py's rho 0.9).
 DIRECT = {"direct_max": 1 << 30}
 SAMPLED = {"direct_max": 0}  # every token row of n > k samples (SPEC 2.4's positions are distinct past 8 C T logits)
+# The overrides each point of "s13" runs with: session 13's A/B ran experiment attributes
+# of the kernel (select_form, lane_trash, early_length; bench/NOTES.md session 13), since
+# removed; ({},) runs the kernel as it is.
+S13_VARIANTS = ({},)
 CONFIGS = {
     "cluster": [(1, 131072, 2048, False, (8, 8), {}), (8, 131072, 2048, False, (8, 8), {}),
                 (32, 32768, 2048, False, (4, 8), {}), (64, 8192, 512, False, (4, 8), {}),
@@ -86,14 +90,34 @@ CONFIGS = {
                                               (64, 65536, 512, (2, 16)), (64, 131072, 2048, (2, 16)),
                                               (64, 131072, 512, (2, 16)))
                 for over in (SAMPLED, DIRECT)],
+    # session 13's 13 points (its A/B of the selections' hand-over: bench/NOTES.md)
+    "s13": [(rows, width, k, block, build, dict(data, **over))
+            for rows, width, k, block, build, data in (
+                (1, 8192, 512, False, (2, 8), {}), (64, 8192, 512, False, (2, 8), {}),
+                (64, 8192, 512, False, (2, 8), {"data": "gaussian"}), (128, 8192, 2048, False, (1, 8), {}),
+                (32, 32768, 2048, False, (2, 8), {}), (128, 32768, 512, False, (1, 8), {}),
+                (128, 32768, 512, False, (1, 8), {"data": "gaussian"}), (1, 131072, 2048, False, (8, 8), {}),
+                (64, 131072, 2048, False, (2, 16), {}), (128, 65536, 512, False, (1, 16), {}),
+                (1, 1048576, 512, False, (16, 16), {}), (64, 262144, 512, False, (2, 4), {}),
+                (1, 1048576, 2048, True, (16, 16), {}))
+            for over in S13_VARIANTS],
 }
+TIMER = []  # --time: bench/grid.py's Timer, made once
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sets", nargs="*", default=["cluster"], choices=sorted(CONFIGS),
                         help="which configurations (default: cluster)")
-    for name in parser.parse_args(argv).sets:
+    parser.add_argument("--time", action="store_true",
+                        help="also time each configuration's profile build (bench/grid.py's timer: "
+                             "CUDA graph replay, L2 evicted, median of 30)")
+    args = parser.parse_args(argv)
+    if args.time:
+        from grid import Timer
+        TIMER.append(Timer(torch, 5, 30))
+        TIMER[0].warm_gpu()
+    for name in args.sets:
         for config in CONFIGS[name]:
             profile(*config)
 
@@ -137,7 +161,11 @@ def profile(rows, width, k, block_mode, build, overrides):
     print(f"== rows {rows} width {width} k {k} {'block' if block_mode else 'token'} build "
           f"{cluster}x{topk.threads}x{vectors}{rule} paths {np.bincount(fields[:, 0], minlength=3).tolist()}"
           + (f" INVALID: {violations} violations, first rows {first}" if violations else " exact"))
-    print("   " + "  ".join(f"{name}={int(v)}" for name, v in zip(dtk.PROFILE_STAMPS, median) if v >= 0))
+    timed = ""
+    if TIMER:
+        us = TIMER[0].us(lambda: compiled(*dtk.cute_arguments(logits, lengths, out, trace)))
+        timed = f"  us={us}"
+    print("   " + "  ".join(f"{name}={int(v)}" for name, v in zip(dtk.PROFILE_STAMPS, median) if v >= 0) + timed)
 
 
 if __name__ == "__main__":

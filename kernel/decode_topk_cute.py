@@ -132,11 +132,12 @@ SELECT_BATCH = 4  # radix selects: keys a thread loads before it counts any
 HIST_COPIES = 8  # the selection's histograms: lane l counts into copy l mod 8
 EXCHANGES = 3  # histogram exchanges a row can need: 2 (sampled or direct), 3 (underflow, then direct)
 # Words of the "misc" region (byte offsets): the trace's cluster-wide gt and eq counters
-# (CTA 0's), the trash word the histograms' uncounted keys add into (read by nothing), and
-# a streamed row's count of keys == cutoff in the vectors its queues left out and of the
-# CTAs whose queue overflowed (2.12). (A selection's results, the queue's length and the
-# prefixes live in registers: every warp computes them itself, SPEC.md 2.10.)
-MISC_TRACE, MISC_TRASH, MISC_DROPPED, MISC_OVERFLOW = 0, 8, 12, 16
+# (CTA 0's), the trash word the histograms' uncounted keys add into (read by nothing), a
+# streamed row's count of keys == cutoff in the vectors its queues left out and of the
+# CTAs whose queue overflowed (2.12), and the four words (16 bytes, one store) by which
+# warp 0 hands a selection's results to the CTA (DecodeTopK.select, SPEC.md 2.10).
+MISC_TRACE, MISC_TRASH, MISC_DROPPED, MISC_OVERFLOW, MISC_RESULT = 0, 8, 12, 16, 32
+MISC_BYTES = 48
 
 
 # ---------------------------------------------------------------------------------------
@@ -430,11 +431,8 @@ def warp_select(hist, q, lane):
     Lane l sums the 8 bins 255 - 8l .. 248 - 8l (two 16-byte loads), an inclusive shuffle
     scan over the lanes gives the counts from the top, every lane walks its own bins, and
     the one lane whose range holds q hands its bin and count to every lane (two warp
-    reductions, in which every other lane adds nothing). Why every warp selects for itself,
-    not warp 0 for the CTA: each warp reads the same bins and runs the same code, so every
-    warp finds the same answer, in the time warp 0 took alone, while warp 0's answer cost
-    every warp a barrier and a shared-memory round trip after it (SPEC.md 2.10). Every
-    lane of the warp must call it."""
+    reductions, in which every other lane adds nothing). Every lane of the warp must call
+    it; DecodeTopK.select calls it in warp 0 only."""
     top = 255 - 8 * lane
     low = shared_load_u32x4(hist + (top - 7) * 4)  # bins top - 7 .. top - 4
     high = shared_load_u32x4(hist + (top - 3) * 4)  # bins top - 3 .. top
@@ -515,11 +513,12 @@ class DecodeTopK:
                 raise ValueError(f"a tile of {STREAM_TILE} x {self.threads} vectors has more than 64 (slot, warp) counts")
         # Shared memory, byte offsets; every size is a multiple of 16, so each region keeps
         # the stage's 16-byte alignment. "copies" .. "select" are zeroed at the start, before
-        # the cluster barrier's arrive, 16 bytes a store. "exchange" holds three histogram exchanges (2.5: a
-        # row's first selection uses 0 and 1; the direct path after an underflow, which used
-        # only 0, uses 1 and 2), each a 256-bin total and a 256-bin prefix of the lower ranks.
+        # the cluster barrier's arrive, 16 bytes a store. "exchange" holds three histogram
+        # exchanges (2.5: a row's first selection uses 0 and 1; the direct path after an
+        # underflow, which used only 0, uses 1 and 2), each a 256-bin total and a 256-bin
+        # prefix of the lower ranks.
         regions = (("stage", stage_bytes), ("copies", 256 * HIST_COPIES * 4), ("exchange", EXCHANGES * 2048),
-                   ("misc", 32), ("select", 2048), ("grid", 1024),
+                   ("misc", MISC_BYTES), ("select", 2048), ("grid", 1024),
                    ("samples", SAMPLES * 2), ("queue", slots * 2)) + index_regions
         self.offsets = {}
         offset = 0
@@ -791,11 +790,31 @@ class DecodeTopK:
         return [(r, order_key(bits)) for r, bits in loaded]
 
     # -- CTA-wide building blocks ------------------------------------------------------
-    def select(self, sm, tid, hist, q):
+    @cute.jit
+    def select(self, sm, tid, hist, q, prefix_of=None):
         """(bin, count above, total) of the q-th largest in a 256-bin histogram, in every
-        thread (warp_select in every warp: no barrier); bin and above are meaningful only
-        when q <= total."""
-        return warp_select(hist, q, tid & 31)
+        thread; bin and above are meaningful only when q <= total. prefix_of = (buffer,
+        high): the row's last selection, whose bin is K's low byte; then (bin, above, keys
+        > K before this CTA, keys == K before it), the last two from prefix. Warp 0
+        selects, its lane 0 stores the answer (one 16-byte store), a CTA barrier, and every
+        thread loads it. Why not every warp selecting for itself (session 12's form): 16
+        warps issuing the same ~100 instructions on an SM's four schedulers took longer
+        than one warp's answer and a barrier (100-900 cycles a row: SPEC.md 2.10,
+        bench/NOTES.md session 13). Every thread of the CTA must call it. The answer's
+        words are rewritten only by the next selection, after a barrier that follows every
+        thread's load (each caller passes one between two selections)."""
+        result = sm["misc"] + MISC_RESULT
+        if tid < 32:
+            lane = tid & 31
+            found, above, total = warp_select(hist, q, lane)
+            last = Int32(0)
+            if const_expr(prefix_of is not None):
+                total, last = self.prefix(sm, tid, lane, prefix_of[0], prefix_of[1], found)
+            if lane == 0:
+                shared_store_u32x4(result, [found, above, total, last])
+        cute.arch.sync_threads()
+        words = [Int32(w) for w in shared_load_u32x4(result)]
+        return tuple(words) if const_expr(prefix_of is not None) else tuple(words[:3])
 
     @cute.jit
     def radix_select(self, sm, tid, keys, stride, count, q):
@@ -837,11 +856,11 @@ class DecodeTopK:
         before this warp's place among them (per divides the warps, so the count of (row,
         warp) sits at place warp mod per of lane (row T/32 + warp) / per, whatever the row:
         __init__). Returns (before, total): row r's exclusive base of this warp is
-        shuffle(before, self.grid_lane(r, warp, rows)), total the sum of every count. Why
-        every warp scans, not warp 0 for the CTA: each warp gets its bases in the time warp
-        0 took alone, without the barrier and the shared-memory round trip after it (SPEC.md
-        2.10). Every lane of the warp must call it; counts past the last row in use are
-        summed after every count in use, so they change no base that is read."""
+        shuffle(before, self.grid_lane(r, warp, rows)), total the sum of every count. (Each
+        warp scans for itself, with no barrier after it; whether warp 0 scanning with a
+        barrier after it would be faster, as it is for the selections, is not measured
+        apart: SPEC.md 2.10.) Every lane of the warp must call it; counts past the last row
+        in use are summed after every count in use, so they change no base that is read."""
         pairs = rows * (self.threads // 32)
         per = pairs // 32
         at = sm["grid"] + lane * per * 4
@@ -939,12 +958,14 @@ class DecodeTopK:
         it 5-15% slower, bench/NOTES.md session 6), and real indexer rows put a whole
         warp's 256 keys in one high-byte bin, so one warp-wide test of all of them (two
         redux.sync: the largest bin, then one sum of the keys counted and of the lanes
-        holding another bin) lets lane 0 make the warp's only add, into the warp's own copy (warp mod 8);
-        any other warp adds each valid key into copy lane mod 8 (bin-major, a bin's copies
-        in 8 banks), with no test a key. Why the trash word: a key that is not counted adds
-        its 1 there instead of skipping its add, so the 8 adds carry no predicate; ptxas
-        turns each predicated add into a branch and a reconvergence, and the unpredicated
-        adds of 1 measured 1.7-8.4% faster to the end of the row (bench/NOTES.md session 8)."""
+        holding another bin) lets lane 0 make the warp's only add, into the warp's own
+        copy (warp mod 8); any other warp adds each valid key into copy lane mod 8
+        (bin-major, a bin's copies in 8 banks), with no test a key. Why the trash word: a
+        key that is not counted adds its 1 there instead of skipping its add, so the 8 adds
+        carry no predicate; ptxas turns each predicated add into a branch and a
+        reconvergence, and the unpredicated adds of 1 measured 1.7-8.4% faster to the end
+        of the row (bench/NOTES.md session 8). One trash word for all lanes, though their
+        adds meet at one address: a word a lane measured no faster (session 13)."""
         mine = Int32(-1)  # this lane's bin, if all its valid keys share one (-1: none valid)
         count = Int32(0)
         for e in cutlass.range_constexpr(len(bins)):
@@ -1007,8 +1028,8 @@ class DecodeTopK:
     def prefix(self, sm, tid, lane, buffer, high, low):
         """(keys > K, keys == K) of the CTAs before this one, K = (high << 8) | low: the
         prefix bins above high of the first pass, above low of the second, and low's, in
-        every warp (lane l sums bins 8l .. 8l + 7 of both, one warp reduction: no barrier).
-        At one CTA a row there are none: (0, 0)."""
+        the calling warp (lane l sums bins 8l .. 8l + 7 of both, one warp reduction; select
+        calls it in warp 0). At one CTA a row there are none: (0, 0)."""
         gt_base = Int32(0)
         eq_base = Int32(0)
         if const_expr(self.cluster > 1):
@@ -1147,10 +1168,10 @@ class DecodeTopK:
             self.exchange(sm, tid, rank, buffer + 2048)
             self.barrier()  # the same for pass 2; the last cluster barrier of the row
             self.stamp(trace_row, rank, tid, "exchange2")
-            low, above_low, unused = self.select(sm, tid, buffer + 2048, self.k - above_high)
+            low, above_low, gt_base, eq_base = self.select(sm, tid, buffer + 2048, self.k - above_high,
+                                                           (buffer, high))
             kth = (high << 8) | low
             above = above_high + above_low
-            gt_base, eq_base = self.prefix(sm, tid, lane, buffer, high, low)
             self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
                               everything, streamed)
             if const_expr(self.profile):
@@ -1470,10 +1491,9 @@ class DecodeTopK:
         self.stamp(trace_row, rank, tid, "pass2")
         self.exchange(sm, tid, rank, buffer + 2048)
         self.barrier()
-        low, above_low, unused2 = self.select(sm, tid, buffer + 2048, self.k - above_high)
+        low, above_low, gt_base, eq_base = self.select(sm, tid, buffer + 2048, self.k - above_high, (buffer, high))
         kth = (high << 8) | low
         above = above_high + above_low
-        gt_base, eq_base = self.prefix(sm, tid, lane, buffer, high, low)
         self.stream(sm, tid, lane, row_logits, nv, length, start, chunk, kth, self.k - above, Int32(-1), out_row,
                     gt_base, eq_base, "out")
         self.stamp(trace_row, rank, tid, "placed")
