@@ -35,10 +35,6 @@ from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
 # rows than bench/grid.py's rho 0.9).
 DIRECT = {"direct_max": 1 << 30}
 SAMPLED = {"direct_max": 0}  # every token row of n > k samples (SPEC 2.4's positions are distinct past 8 C T logits)
-# The overrides each point of "s13" runs with: session 13's A/B ran experiment attributes
-# of the kernel (select_form, lane_trash, early_length; bench/NOTES.md session 13), since
-# removed; ({},) runs the kernel as it is.
-S13_VARIANTS = ({},)
 CONFIGS = {
     "cluster": [(1, 131072, 2048, False, (8, 8), {}), (8, 131072, 2048, False, (8, 8), {}),
                 (32, 32768, 2048, False, (4, 8), {}), (64, 8192, 512, False, (4, 8), {}),
@@ -90,19 +86,16 @@ CONFIGS = {
                                               (64, 65536, 512, (2, 16)), (64, 131072, 2048, (2, 16)),
                                               (64, 131072, 512, (2, 16)))
                 for over in (SAMPLED, DIRECT)],
-    # session 13's 13 points (its A/B of the selections' hand-over: bench/NOTES.md)
-    "s13": [(rows, width, k, block, build, dict(data, **over))
-            for rows, width, k, block, build, data in (
-                (1, 8192, 512, False, (2, 8), {}), (64, 8192, 512, False, (2, 8), {}),
-                (64, 8192, 512, False, (2, 8), {"data": "gaussian"}), (128, 8192, 2048, False, (1, 8), {}),
-                (32, 32768, 2048, False, (2, 8), {}), (128, 32768, 512, False, (1, 8), {}),
-                (128, 32768, 512, False, (1, 8), {"data": "gaussian"}), (1, 131072, 2048, False, (8, 8), {}),
-                (64, 131072, 2048, False, (2, 16), {}), (128, 65536, 512, False, (1, 16), {}),
-                (1, 1048576, 512, False, (16, 16), {}), (64, 262144, 512, False, (2, 4), {}),
-                (1, 1048576, 2048, True, (16, 16), {}))
-            for over in S13_VARIANTS],
+    # session 13's 13 points (its A/B of the selections' hand-over ran each with experiment
+    # attributes of the kernel, since removed: bench/NOTES.md session 13)
+    "s13": [(1, 8192, 512, False, (2, 8), {}), (64, 8192, 512, False, (2, 8), {}),
+            (64, 8192, 512, False, (2, 8), {"data": "gaussian"}), (128, 8192, 2048, False, (1, 8), {}),
+            (32, 32768, 2048, False, (2, 8), {}), (128, 32768, 512, False, (1, 8), {}),
+            (128, 32768, 512, False, (1, 8), {"data": "gaussian"}), (1, 131072, 2048, False, (8, 8), {}),
+            (64, 131072, 2048, False, (2, 16), {}), (128, 65536, 512, False, (1, 16), {}),
+            (1, 1048576, 512, False, (16, 16), {}), (64, 262144, 512, False, (2, 4), {}),
+            (1, 1048576, 2048, True, (16, 16), {})],
 }
-TIMER = []  # --time: bench/grid.py's Timer, made once
 
 
 def main(argv=None):
@@ -113,17 +106,19 @@ def main(argv=None):
                         help="also time each configuration's profile build (bench/grid.py's timer: "
                              "CUDA graph replay, L2 evicted, median of 30)")
     args = parser.parse_args(argv)
+    timer = None
     if args.time:
         from grid import Timer
-        TIMER.append(Timer(torch, 5, 30))
-        TIMER[0].warm_gpu()
+        timer = Timer(torch, 5, 30)
+        timer.warm_gpu()
     for name in args.sets:
         for config in CONFIGS[name]:
-            profile(*config)
+            profile(*config, timer=timer)
 
 
-def profile(rows, width, k, block_mode, build, overrides):
-    """Print one configuration's median stamps and the paths its rows took."""
+def profile(rows, width, k, block_mode, build, overrides, timer=None):
+    """Print one configuration's median stamps and the paths its rows took (timer: also its
+    time, bench/grid.py's Timer)."""
     cluster, vectors = build
     overrides = dict(overrides)
     own = dtk.threads_for
@@ -162,8 +157,8 @@ def profile(rows, width, k, block_mode, build, overrides):
           f"{cluster}x{topk.threads}x{vectors}{rule} paths {np.bincount(fields[:, 0], minlength=3).tolist()}"
           + (f" INVALID: {violations} violations, first rows {first}" if violations else " exact"))
     timed = ""
-    if TIMER:
-        us = TIMER[0].us(lambda: compiled(*dtk.cute_arguments(logits, lengths, out, trace)))
+    if timer is not None:
+        us = timer.us(lambda: compiled(*dtk.cute_arguments(logits, lengths, out, trace)))
         timed = f"  us={us}"
     print("   " + "  ".join(f"{name}={int(v)}" for name, v in zip(dtk.PROFILE_STAMPS, median) if v >= 0) + timed)
 
