@@ -3,7 +3,7 @@
     source .dsl/b/install.sh && python bench/profile_phases.py [SET ...]
 
 SETS: cluster (the default), one-cta, one-cta-1024, targets, q-min, cluster-direct, two-cta,
-micro, s13; --time also times each configuration's profile build
+micro, s13, s14; --time also times each configuration's profile build
 (CONFIGS below).
 
 Needs the DSL on the GPU machine (the profile build is not in the AOT library). Data:
@@ -96,6 +96,12 @@ CONFIGS = {
             (1, 1048576, 512, False, (16, 16), {}), (64, 262144, 512, False, (2, 4), {}),
             (1, 1048576, 2048, True, (16, 16), {})],
 }
+# session 14: the 13 points and the direct rows the write queue takes or borders (a CTA's
+# chunk of 2-8 vectors a thread: 32-128 x 32768 on 2x512x8 and 1x512x8, 128 x 8192 on
+# 1x512x8; the block row of 1M is one, at 16 slots)
+CONFIGS["s14"] = CONFIGS["s13"] + [
+    (32, 32768, 512, False, (2, 8), {}), (64, 32768, 2048, False, (2, 8), {"data": "gaussian"}),
+    (128, 8192, 512, False, (1, 8), {}), (128, 32768, 2048, False, (1, 8), {})]
 
 
 def main(argv=None):

@@ -18,11 +18,20 @@
 #          bash conformance/h200_gate.sh sanitizers > $OUT/sanitizers_gate.txt 2>&1 &
 #          GATE_AFTER=$! bash conformance/h200_gate.sh dsl; wait
 #          (neither times anything; the wheel mode's soak has a time budget, so it runs alone).
+#   checks, soak: the wheel mode in two parts (checks: its conformance runs and GPU tests;
+#          soak: the soak alone), so that the checks may run beside the sanitizers and the
+#          dsl mode in one device run (session 14: the whole gate in two device runs):
+#          bash conformance/h200_gate.sh sanitizers > $OUT/sanitizers_gate.txt 2>&1 & S=$!
+#          bash conformance/h200_gate.sh dsl-jit & J=$!
+#          GATE_AFTER=$S bash conformance/h200_gate.sh checks; wait $J
+#          GATE_AFTER="" bash conformance/h200_gate.sh dsl-tests
+#          then, in the next run, bash conformance/h200_gate.sh soak, alone.
+#   dsl-jit, dsl-tests: the dsl mode's two steps apart.
 #
 # Every log goes to $OUT/ev (it comes back); a table of the verdicts is printed last.
 # Exit 1 if any step failed.
 set -u
-mode=${1:?usage: h200_gate.sh wheel|sanitizers|dsl}
+mode=${1:?usage: h200_gate.sh wheel|checks|soak|sanitizers|dsl|dsl-jit|dsl-tests}
 ev=${OUT:-build/h200}/ev
 mkdir -p "$ev"
 status=0
@@ -44,28 +53,37 @@ use_wheel() {  # the wheel of dist/ alone on PYTHONPATH, installed afresh (a war
         | tee "$ev/kernel_source.txt"
 }
 case "$mode" in
-wheel)
+wheel|checks|soak)
     use_wheel
-    step gpu_conformance_full_aot_wheel 180 python3 -m decode_topk.conformance --impl aot --level full --build all
-    step gpu_conformance_full_aot_wheel_policy_builds 60 python3 -m decode_topk.conformance --impl aot --level full
-    step pytest_gpu_aot_wheel 180 python3 -m pytest -q -m gpu tests -p no:cacheprovider
-    step soak 220 python3 -m decode_topk.conformance.soak --budget 170 --out "$ev"
+    if [ "$mode" != soak ]; then
+        step gpu_conformance_full_aot_wheel 180 python3 -m decode_topk.conformance --impl aot --level full --build all
+        step gpu_conformance_full_aot_wheel_policy_builds 60 python3 -m decode_topk.conformance --impl aot --level full
+        # (the GPU tests time nothing but the PDL test's producer: in `checks` mode they wait
+        # for the processes named in $GATE_AFTER, as the dsl mode's do)
+        for pid in ${GATE_AFTER:-}; do while kill -0 "$pid" 2>/dev/null; do sleep 2; done; done
+        step pytest_gpu_aot_wheel 180 python3 -m pytest -q -m gpu tests -p no:cacheprovider
+    fi
+    [ "$mode" != checks ] && step soak 220 python3 -m decode_topk.conformance.soak --budget 170 --out "$ev"
     ;;
 sanitizers)
     use_wheel
     step sanitizers 590 bash conformance/sanitizers.sh "$ev/san" 440
     ;;
-dsl)
+dsl|dsl-jit|dsl-tests)
     source .dsl/b/install.sh > /dev/null 2>&1
     export PYTHONPATH="$(bash .ci/pythonpath):${PYTHONPATH:-}" DECODE_TOPK_AOT_DIR=/nonexistent
-    step gpu_conformance_full_jit 300 python3 -m decode_topk.conformance --impl jit --level full --build all
-    # The PDL test times its producer by the clock: it waits for the processes named in
-    # $GATE_AFTER (the sanitizers run beside this mode) so that it has the GPU to itself.
-    for pid in ${GATE_AFTER:-}; do while kill -0 "$pid" 2>/dev/null; do sleep 2; done; done
-    step pytest_gpu_dsl_pdl_invariance 200 python3 -m pytest -q -m gpu tests/test_pdl_gpu.py tests/test_invariance.py \
-        -p no:cacheprovider
+    if [ "$mode" != dsl-tests ]; then
+        step gpu_conformance_full_jit 420 python3 -m decode_topk.conformance --impl jit --level full --build all
+    fi
+    if [ "$mode" != dsl-jit ]; then
+        # The PDL test times its producer by the clock: it waits for the processes named in
+        # $GATE_AFTER (the sanitizers run beside this mode) so that it has the GPU to itself.
+        for pid in ${GATE_AFTER:-}; do while kill -0 "$pid" 2>/dev/null; do sleep 2; done; done
+        step pytest_gpu_dsl_pdl_invariance 200 python3 -m pytest -q -m gpu tests/test_pdl_gpu.py \
+            tests/test_invariance.py -p no:cacheprovider
+    fi
     ;;
-*) echo "usage: h200_gate.sh wheel|sanitizers|dsl" >&2; exit 2 ;;
+*) echo "usage: h200_gate.sh wheel|checks|soak|sanitizers|dsl|dsl-jit|dsl-tests" >&2; exit 2 ;;
 esac
 echo
 echo "| step | exit | time | last line |"
