@@ -19,14 +19,17 @@
 #          GATE_AFTER=$! bash conformance/h200_gate.sh dsl; wait
 #          (neither times anything; the wheel mode's soak has a time budget, so it runs alone).
 #   checks, soak: the wheel mode in two parts (checks: its conformance runs and GPU tests;
-#          soak: the soak alone), so that the checks may run beside the sanitizers and the
-#          dsl mode in one device run (session 14: the whole gate in two device runs):
+#          soak: the soak alone); dsl-jit, dsl-tests: the dsl mode's two steps apart. So the
+#          whole gate in two device runs (session 14), after staging the DSL; the first
+#          (carry [".dsl/b", "dist"], ~560 s) runs the checks and the JIT conformance beside
+#          the sanitizers, then the soak alone:
 #          bash conformance/h200_gate.sh sanitizers > $OUT/sanitizers_gate.txt 2>&1 & S=$!
 #          bash conformance/h200_gate.sh dsl-jit & J=$!
-#          GATE_AFTER=$S bash conformance/h200_gate.sh checks; wait $J
-#          GATE_AFTER="" bash conformance/h200_gate.sh dsl-tests
-#          then, in the next run, bash conformance/h200_gate.sh soak, alone.
-#   dsl-jit, dsl-tests: the dsl mode's two steps apart.
+#          GATE_AFTER=$S bash conformance/h200_gate.sh checks; wait $J $S
+#          bash conformance/h200_gate.sh soak
+#          and the second (carry [".dsl/b"]) bash conformance/h200_gate.sh dsl-tests (its
+#          invariance tests compile their variants: more than 85 s; session 13's ran beside
+#          nothing in well under 250 s).
 #
 # Every log goes to $OUT/ev (it comes back); a table of the verdicts is printed last.
 # Exit 1 if any step failed.
