@@ -164,7 +164,7 @@ def profile(rows, width, k, block_mode, build, overrides, timer=None):
           + (f" INVALID: {violations} violations, first rows {first}" if violations else " exact"))
     timed = ""
     if timer is not None:
-        us = timer.us(lambda: compiled(*dtk.cute_arguments(logits, lengths, out, trace)))
+        us = timer.us(lambda: compiled(*arguments))
         timed = f"  us={us}"
     print("   " + "  ".join(f"{name}={int(v)}" for name, v in zip(dtk.PROFILE_STAMPS, median) if v >= 0) + timed)
 

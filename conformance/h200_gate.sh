@@ -34,7 +34,8 @@
 # Every log goes to $OUT/ev (it comes back); a table of the verdicts is printed last.
 # Exit 1 if any step failed.
 set -u
-mode=${1:?usage: h200_gate.sh wheel|checks|soak|sanitizers|dsl|dsl-jit|dsl-tests}
+usage="usage: h200_gate.sh wheel|checks|soak|sanitizers|dsl|dsl-jit|dsl-tests"
+mode=${1:?$usage}
 ev=${OUT:-build/h200}/ev
 mkdir -p "$ev"
 status=0
@@ -46,6 +47,9 @@ step() {  # step NAME SECONDS COMMAND...: run it with a time limit, log it, keep
     local rc=$?
     [ $rc -ne 0 ] && status=1
     rows+=("| $name | $rc | $(( $(date +%s) - start )) s | $(grep -v '^\s*$' "$ev/$name.txt" | tail -1 | cut -c1-150) |")
+}
+await_gate_after() {  # wait until the processes named in $GATE_AFTER have exited
+    for pid in ${GATE_AFTER:-}; do while kill -0 "$pid" 2>/dev/null; do sleep 2; done; done
 }
 use_wheel() {  # the wheel of dist/ alone on PYTHONPATH, installed afresh (a warm runner keeps /tmp),
     # in a folder of this mode's own, so that two modes may run at once (sanitizers beside dsl)
@@ -63,7 +67,7 @@ wheel|checks|soak)
         step gpu_conformance_full_aot_wheel_policy_builds 60 python3 -m decode_topk.conformance --impl aot --level full
         # (the GPU tests time nothing but the PDL test's producer: in `checks` mode they wait
         # for the processes named in $GATE_AFTER, as the dsl mode's do)
-        for pid in ${GATE_AFTER:-}; do while kill -0 "$pid" 2>/dev/null; do sleep 2; done; done
+        await_gate_after
         step pytest_gpu_aot_wheel 180 python3 -m pytest -q -m gpu tests -p no:cacheprovider
     fi
     [ "$mode" != checks ] && step soak 220 python3 -m decode_topk.conformance.soak --budget 170 --out "$ev"
@@ -81,12 +85,12 @@ dsl|dsl-jit|dsl-tests)
     if [ "$mode" != dsl-jit ]; then
         # The PDL test times its producer by the clock: it waits for the processes named in
         # $GATE_AFTER (the sanitizers run beside this mode) so that it has the GPU to itself.
-        for pid in ${GATE_AFTER:-}; do while kill -0 "$pid" 2>/dev/null; do sleep 2; done; done
+        await_gate_after
         step pytest_gpu_dsl_pdl_invariance 200 python3 -m pytest -q -m gpu tests/test_pdl_gpu.py \
             tests/test_invariance.py -p no:cacheprovider
     fi
     ;;
-*) echo "usage: h200_gate.sh wheel|checks|soak|sanitizers|dsl|dsl-jit|dsl-tests" >&2; exit 2 ;;
+*) echo "$usage" >&2; exit 2 ;;
 esac
 echo
 echo "| step | exit | time | last line |"
