@@ -16,6 +16,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from decode_topk.kernel.policy import BUILDS, LOGITS_PER_VECTOR, WRITE_QUEUE_VECTORS
 from decode_topk.reference.bits import (
     NEG_INF_BITS,
     POS_INF_BITS,
@@ -227,10 +228,17 @@ def make_needles(rng, width, needle_counts):
 
 
 def boundary_lengths():
-    """Small lengths and those around k (tokens) and 8k (blocks) for every k."""
+    """Small lengths and those around k (tokens) and 8k (blocks) for every k, and around
+    each build's first row whose direct write runs over a queue (SPEC.md 2.7: a chunk of
+    more than WRITE_QUEUE_VECTORS vectors a thread) up to 16,384 logits (the longer ones
+    are KERNEL_BOUNDARY_LENGTHS)."""
     lengths = {0, 1, 7, 8, 9}
     for k in KS:
         lengths |= {k - 1, k, k + 1, 8 * k - 1, 8 * k, 8 * k + 1, 8 * k + 7, 8 * k + 8, 8 * k + 9}
+    for build in BUILDS:
+        first = LOGITS_PER_VECTOR * WRITE_QUEUE_VECTORS * build.threads * build.cluster
+        if first <= 16384:
+            lengths |= {first, first + 1, first + 8, first + 9}
     return sorted(lengths)
 
 

@@ -98,6 +98,7 @@ from .policy import (
     SURVIVOR_AIM,
     TRACE_FIELDS,
     WAVES_16,
+    WRITE_QUEUE_VECTORS,
     Build,
     Variant,
     build_for,
@@ -385,11 +386,23 @@ def order_key(bits):
     return Int32((b ^ Uint32(0x8000) ^ ((b >> 15) * Uint32(0x7FFF))) & Uint32(0xFFFF))
 
 
+@dsl_user_op
+def sign_halves(word: Uint32, *, loc=None, ip=None) -> Uint32:
+    """0xFFFF in each 16-bit half of word whose sign bit is set, else 0. Why prmt: its
+    selector 0x9 copies the top bit of byte 1 (bit 15, the low half's sign) over a whole
+    byte and 0xB that of byte 3 (bit 31), so 0xBB99 is both halves' masks in one
+    instruction (the shift, mask and multiply of order_key take three)."""
+    return Uint32(llvm.inline_asm(T.i32(), [Uint32(word).ir_value(loc=loc, ip=ip)],
+                                  "prmt.b32 $0, $1, 0, 0xBB99;", "=r,r", has_side_effects=False,
+                                  is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
+
+
 def key_word(word):
-    """The keys of both BF16 values of a word, in place (order_key on each half at once:
-    the sign bits moved to bit 0 of each half, times 0x7FFF, never carry across halves)."""
+    """The keys of both BF16 values of a word, in place (order_key on each half at once):
+    a clear sign bit's half ^ 0x8000, a set one's ^ 0xFFFF, i.e. word ^ (its sign masks |
+    0x80008000), one lop3 after the prmt."""
     w = Uint32(word)
-    return w ^ Uint32(0x80008000) ^ (((w >> 15) & Uint32(0x00010001)) * Uint32(0x7FFF))
+    return w ^ (sign_halves(w) | Uint32(0x80008000))
 
 
 def word_key(keys, e):
@@ -492,6 +505,14 @@ class DecodeTopK:
         self.streams = Build.of(cluster, vector_count).streams and not self.block_mode
         self.direct_max = direct_max_length(cluster, vector_count)  # longer token rows: sampled (2.3, 2.12)
         self.q_min = Q_MIN[k]  # the least sample rank (2.4)
+        # The slots a direct row can fill (d of 2.3; every slot in block mode, where every
+        # row is direct), and whether a chunk of them can hold more than WRITE_QUEUE_VECTORS
+        # vectors a thread, so that its ranked write runs over a queue (2.7). A sampled
+        # attempt's underflow takes the direct path with its whole chunk, which may fill
+        # more slots than these: its write visits every vector.
+        self.direct_slots = vector_count if self.block_mode else min(
+            vector_count, direct_max_length(cluster, vector_count) // (LOGITS_PER_VECTOR * cluster * self.threads))
+        self.write_queue = self.direct_slots > WRITE_QUEUE_VECTORS
         # Vectors a thread loads before it stores any (4 registers each), as many as fit
         # beside the tops it keeps: 1024 threads have 64 registers a thread (4 spilled there),
         # 16 tops crowd 512 threads' 128 (8 spilled there).
@@ -510,7 +531,8 @@ class DecodeTopK:
             index_regions = (("index", STREAM_QUEUE * 4),)
             self.grid_rounds = max(vector_count, STREAM_QUEUE // self.threads)
             if STREAM_TILE * self.threads // 32 > 64:
-                raise ValueError(f"a tile of {STREAM_TILE} x {self.threads} vectors has more than 64 (slot, warp) counts")
+                raise ValueError(f"a tile of {STREAM_TILE} x {self.threads} vectors has more than 64 "
+                                 "(slot, warp) counts")
         # Shared memory, byte offsets; every size is a multiple of 16, so each region keeps
         # the stage's 16-byte alignment. "copies" .. "select" are zeroed at the start, before
         # the cluster barrier's arrive, 16 bytes a store. "exchange" holds three histogram
@@ -530,7 +552,7 @@ class DecodeTopK:
         # Every warp scans the (row, warp) counts of "grid" itself (grid_bases): a lane sums
         # `per` consecutive counts, so `per` must divide the warps (a warp's count then sits
         # at the same place in a lane's words in every row) and the counts fill the lanes.
-        for rows in {vector_count, self.grid_rounds}:
+        for rows in {vector_count, self.grid_rounds, self.direct_slots}:
             pairs = rows * self.threads // 32
             if pairs % 32 or pairs > 256 or (self.threads // 32) % (pairs // 32):
                 raise ValueError(f"{rows} x {self.threads // 32} (row, warp) counts do not fit grid_bases")
@@ -809,7 +831,7 @@ class DecodeTopK:
             found, above, total = warp_select(hist, q, lane)
             last = Int32(0)
             if const_expr(prefix_of is not None):
-                total, last = self.prefix(sm, tid, lane, prefix_of[0], prefix_of[1], found)
+                total, last = self.prefix(lane, prefix_of[0], prefix_of[1], found)
             if lane == 0:
                 shared_store_u32x4(result, [found, above, total, last])
         cute.arch.sync_threads()
@@ -861,8 +883,7 @@ class DecodeTopK:
         barrier after it would be faster, as it is for the selections, is not measured
         apart: SPEC.md 2.10.) Every lane of the warp must call it; counts past the last row
         in use are summed after every count in use, so they change no base that is read."""
-        pairs = rows * (self.threads // 32)
-        per = pairs // 32
+        per = self.grid_per(rows)
         at = sm["grid"] + lane * per * 4
         if per == 2:
             words = list(shared_load_u32x2(at))
@@ -878,9 +899,13 @@ class DecodeTopK:
             before = before + _pick(place > i, words[i], 0)
         return before, cute.arch.shuffle_sync(inclusive, 31)
 
+    def grid_per(self, rows):
+        """grid_bases' counts a lane: the rows x T/32 (row, warp) counts over 32 lanes."""
+        return rows * (self.threads // 32) // 32
+
     def grid_lane(self, r, warp, rows):
         """The lane of grid_bases whose `before` holds row r's base of this warp."""
-        per = rows * (self.threads // 32) // 32
+        per = self.grid_per(rows)
         return r * ((self.threads // 32) // per) + warp // per
 
     @cute.jit
@@ -893,17 +918,18 @@ class DecodeTopK:
         index order (SPEC.md 2.7)."""
         warps = self.threads // 32
         warp = tid >> 5
-        for s in cutlass.range_constexpr(self.vectors):
+        slots = len(tops)  # the staged slots; the direct write's queue: the slots a direct row fills
+        for s in cutlass.range_constexpr(slots):
             hits = ballot(_pick(tops[s] >= cutoff, 1, 0))
             if lane == 0:
                 shared_store_u32(sm["grid"] + (s * warps + warp) * 4, popc(hits))
         cute.arch.sync_threads()
-        before, queued = self.grid_bases(sm, lane, warp, self.vectors)
+        before, queued = self.grid_bases(sm, lane, warp, slots)
         below = (Int32(1) << lane) - 1  # the lanes below this one
-        for s in cutlass.range_constexpr(self.vectors):
+        for s in cutlass.range_constexpr(slots):
             hit = _pick(tops[s] >= cutoff, 1, 0)
             hits = ballot(hit)
-            slot = cute.arch.shuffle_sync(before, self.grid_lane(s, warp, self.vectors)) + popc(hits & below)
+            slot = cute.arch.shuffle_sync(before, self.grid_lane(s, warp, slots)) + popc(hits & below)
             shared_store_u16(sm["queue"] + slot * 2, s * self.threads + tid, hit)
         cute.arch.sync_threads()
         return queued
@@ -1002,6 +1028,14 @@ class DecodeTopK:
             return last
         return shared_load_u16(sm["queue"] + last * 2)
 
+    def write_entry(self, sm, entry, queued, everything, queue_first):
+        """queue_entry of the ranked write: with queue_first (a CTA-uniform Int32, the
+        direct path's write queue, 2.7) the queue's entry where it is 1, else the vector."""
+        i = self.queue_entry(sm, entry, queued, everything)
+        if queue_first is not None:
+            i = _pick(queue_first != 0, self.queue_entry(sm, entry, queued, False), i)
+        return i
+
     @cute.jit
     def exchange(self, sm, tid, rank, buffer):
         """Sum the 8 copies of each bin (zeroing them for the next pass) and add each
@@ -1025,7 +1059,7 @@ class DecodeTopK:
                     cluster_red(peer_address(buffer + 1024 + tid * 4, Int32(p)), total,
                                 nonzero & _pick(rank < p, 1, 0))
 
-    def prefix(self, sm, tid, lane, buffer, high, low):
+    def prefix(self, lane, buffer, high, low):
         """(keys > K, keys == K) of the CTAs before this one, K = (high << 8) | low: the
         prefix bins above high of the first pass, above low of the second, and low's, in
         the calling warp (lane l sums bins 8l .. 8l + 7 of both, one warp reduction; select
@@ -1052,7 +1086,7 @@ class DecodeTopK:
 
     @cute.jit
     def write_ranked(self, sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
-                     everything: cutlass.Constexpr, streamed: cutlass.Constexpr = False):
+                     everything: cutlass.Constexpr, streamed: cutlass.Constexpr = False, queue_first=None):
         """Write this CTA's selected keys at their canonical slots (SPEC.md 1.4, 2.7): a key
         > K goes to out[gtb + min(eqb, k - A)], a key == K with eqb < k - A to out[gtb +
         eqb], gtb / eqb the row's keys > K / == K at lower indices. Round r of the queue
@@ -1067,13 +1101,14 @@ class DecodeTopK:
         for its own (round, warp) bases; a second sweep places the flagged keys. Why one
         scan: it is simpler than a CTA scan a round and measured as fast (3% faster to 1.8%
         slower, bench/NOTES.md session 7). Every slot of [0, k) is written once, by its
-        owner."""
+        owner. queue_first (the direct path, `everything`): where it is 1, the entries are
+        the queue's (queue_vectors of the vectors of top >= K, 2.7), not every vector."""
         need = self.k - above
         warps = self.threads // 32
         warp = tid >> 5
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
-            i = self.queue_entry(sm, entry, queued, everything or streamed)
+            i = self.write_entry(sm, entry, queued, everything or streamed, queue_first)
             flags = Int32(0)
             counts = Int32(0)
             if entry < queued:
@@ -1099,7 +1134,7 @@ class DecodeTopK:
             entry = first + tid
             base = cute.arch.shuffle_sync(before, self.grid_lane(first // self.threads, warp, self.grid_rounds))
             if entry < queued:
-                i = self.queue_entry(sm, entry, queued, everything or streamed)
+                i = self.write_entry(sm, entry, queued, everything or streamed, queue_first)
                 flags, below = shared_load_u32x2(sm["stage"] + i * 16)
                 if flags != 0:
                     below = below + base
@@ -1123,8 +1158,9 @@ class DecodeTopK:
         barrier, K's high byte from the cluster's total; pass 2, exchange, barrier, its low
         byte; every CTA writes its own keys. Returns (underflow, K, A): underflow 1 (nothing
         written) when fewer than k keys are >= lo, which every CTA sees alike. attempt: the
-        sampled attempt (lo its cutoff), else the direct path (lo = 0: every vector, no
-        queue and no tops, so the tops' registers are free after the sampled queue).
+        sampled attempt (lo its cutoff), else the direct path (lo = 0: every vector, and no
+        queue before the write; the write's queue of 2.7 reads the tops of the slots a
+        direct row fills).
         streamed: a streamed row's queue of `count` vectors in the stage (2.12), whose keys
         == lo left out of it (MISC_DROPPED) count towards the underflow test, and whose
         trace counts the stream made."""
@@ -1172,8 +1208,21 @@ class DecodeTopK:
                                                            (buffer, high))
             kth = (high << 8) | low
             above = above_high + above_low
-            self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
-                              everything, streamed)
+            if const_expr(everything and not streamed and self.write_queue):
+                # The direct path's write over the vectors that can hold a key >= K, where
+                # the chunk holds more than WRITE_QUEUE_VECTORS vectors a thread and no more
+                # than the direct_slots the queue reads the tops of (2.7): CTA-uniform, as
+                # count is. (A longer chunk is an underflowed sampled attempt's.)
+                queue_first = _pick(count > WRITE_QUEUE_VECTORS * self.threads, 1, 0)
+                if const_expr(self.direct_slots < self.vectors):
+                    queue_first = queue_first & _pick(count <= self.direct_slots * self.threads, 1, 0)
+                if queue_first == 1:
+                    queued = self.queue_vectors(sm, tid, lane, tops[:self.direct_slots], kth)
+                self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+                                  everything, streamed, queue_first)
+            else:
+                self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+                                  everything, streamed)
             if const_expr(self.profile):
                 cute.arch.sync_threads()  # "placed" means the whole CTA has placed its keys
             self.stamp(trace_row, rank, tid, "placed")
@@ -1270,8 +1319,9 @@ class DecodeTopK:
         warps = self.threads // 32
         pairs = slots * warps
         per = (pairs + 31) // 32
-        words = [_pick(lane * per + i < pairs, shared_load_u32(grid + cutlass.min(lane * per + i, Int32(pairs - 1)) * 4),
-                       0) for i in range(per)]
+        words = [_pick(lane * per + i < pairs,
+                       shared_load_u32(grid + cutlass.min(lane * per + i, Int32(pairs - 1)) * 4), 0)
+                 for i in range(per)]
         mine = words[0] if per == 1 else words[0] + words[1]
         inclusive = warp_inclusive_sum(mine, lane)
         before = inclusive - mine
@@ -1345,12 +1395,13 @@ class DecodeTopK:
     def compact_tile(self, sm, tid, lane, vectors, lo, need, length, run_gt, run_eq, out_row):
         """One tile of the fallback's write (2.12 step 5): each key > lo goes to out[gtb +
         min(eqb, need)], each key == lo with eqb < need to out[gtb + eqb] (gtb / eqb: the
-        row's keys > lo / == lo at lower indices). Returns run_gt, run_eq after the tile. In two steps, because a row's vectors rarely hold a key >= lo (4%
-        at 1M logits) yet most warps hold one such vector, and the key-by-key test would
-        cost every such warp its whole issue: (1) every lane tests its vectors' tops
-        (over all 8 lanes: a zero-filled lane past the length, +0, can only make it pass,
-        and the exact test masks it) and the hits move, in index order (ballot ranks in the
-        warp, a scan over the (slot, warp) counts), into the tile's queue in the stage;
+        row's keys > lo / == lo at lower indices). Returns run_gt, run_eq after the tile. In
+        two steps, because a row's vectors rarely hold a key >= lo (4% at 1M logits) yet
+        most warps hold one such vector, and the key-by-key test would cost every such warp
+        its whole issue: (1) every lane tests its vectors' tops (over all 8 lanes: a
+        zero-filled lane past the length, +0, can only make it pass, and the exact test
+        masks it) and the hits move, in index order (ballot ranks in the warp, a scan over
+        the (slot, warp) counts), into the tile's queue in the stage;
         (2) the queue's entries, a thread each, are tested key by key and placed (the
         ranked write's scan over them). Two barriers a tile, and tile_scan's one a round of
         its queue."""

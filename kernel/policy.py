@@ -186,6 +186,12 @@ def check_width(width):
 # on the clusters of 4, 8 and 16.
 DIRECT_VECTORS = {1: 8, 2: 4}
 DIRECT_VECTORS_CLUSTER = 2
+# The direct path's ranked write runs over a queue of the chunk's vectors whose top is at
+# least K (SPEC.md 2.7) when the chunk holds more than this many vectors a thread, not over
+# every vector: the write is bound by the vectors it visits (bench/NOTES.md session 13:
+# 13.7k of 37.1k cycles at 128 x 32768 on 1x512x8, eight rounds), and at most one vector in
+# two reaches K where a row holds sixteen keys or more a selected one.
+WRITE_QUEUE_VECTORS = 2
 # Rows up to this width take 2 CTAs a row before 8 (one vector a thread at 2 x 512
 # threads): an 8-CTA cluster's barriers cost more than a quarter-full CTA saves there.
 TWO_CTA_FIRST_WIDTH = 8192

@@ -42,6 +42,7 @@ UNWRITTEN = -2
 PATH_SHORT, PATH_SAMPLED, PATH_DIRECT = 0, 1, 2
 REASON_NONE, REASON_OVERFLOW, REASON_UNDERFLOW = 0, 1, 2  # overflow: a streamed queue's (2.11, 2.12)
 COPIES = 8  # histogram copies of the selection's passes (2.8)
+WRITE_QUEUE_VECTORS = policy.WRITE_QUEUE_VECTORS  # the direct write queues past 2 vectors a thread (2.7)
 
 # ---------------------------------------------------------------------------------------
 # Mutants: planted bugs, one integer each (0 = none). Module-level ints, so numba compiles
@@ -151,6 +152,13 @@ FALLBACK_TILE_BASE = _mutant("fallback_tile_base_dropped",
                              "the direct path from global memory: each tile's slots restart at the CTA's base")
 FALLBACK_THREAD_MAJOR = _mutant("fallback_tile_thread_major",
                                 "the direct path from global memory places a tile's keys thread-major (t, s)")
+# the direct path's write queue (2.7)
+WRITE_QUEUE_ABOVE = _mutant("write_queue_above", "the direct write queues the vectors of top > K (not >=)")
+WRITE_QUEUE_PASS1 = _mutant("write_queue_from_pass1",
+                            "the direct write queues the vectors of top > K's high byte's bin (top >> 8 > b1)")
+WRITE_QUEUE_SLOTS = _mutant("write_queue_past_direct_slots",
+                            "an underflowed attempt's chunk, longer than a direct row's slots, queued over those "
+                            "slots alone")
 
 MUTANT_NAMES = {v[0]: k for k, v in MUTANTS.items()}
 
@@ -464,15 +472,18 @@ def _bases(prefix1, prefix2, c, b1, b2, mutant):
 
 
 @njit(cache=True)
-def _selection(ekey, ecnt, W, nv, k, block, C, T, U, lo, slot, mutant, out, tr, queue, qlens, every,
-               everything, dropped, G, local, total, total2, prefix1, prefix2, copies, cg, ce):
+def _selection(ekey, ecnt, W, top, nv, k, block, C, T, V, U, lo, slot, mutant, out, tr, queue, qlens, every,
+               everything, dropped, G, local, total, total2, prefix1, prefix2, copies, cg, ce, direct):
     """The exact selection among the keys >= lo over the C CTAs' queues (2.5 steps 2-7):
     pass 1 over each CTA's queue (queue[c, :qlens[c]]; every: every vector of the chunk,
     `everything`), the exchange, the underflow test over the cluster's total plus `dropped`
     (the keys == lo no queue holds, 2.12; G, the row's keys above lo, serves a mutant),
     pass 2, K and A, and each CTA's write of its own keys at their slots: the ranked write
     over its queue (2.7), or where U > 0 (the direct path from global memory, 2.12 step 5)
-    the stream of its chunk in tiles. Returns (status, wild): status 1 on underflow
+    the stream of its chunk in tiles. On the direct path over the stage (`direct` > 0: the
+    slots a direct row fills, d of 2.3) a CTA whose chunk holds more than
+    WRITE_QUEUE_VECTORS and at most `direct` vectors a thread writes over its queue of the
+    vectors with top >= K instead (2.7). Returns (status, wild): status 1 on underflow
     (nothing written)."""
     for c in range(C):
         start, end = _chunk(c, nv, C, mutant)
@@ -503,6 +514,16 @@ def _selection(ekey, ecnt, W, nv, k, block, C, T, U, lo, slot, mutant, out, tr, 
             need = k if mutant == FALLBACK_NEED_K else k - A
             wild += _stream_out(ekey, ecnt, W, start, end - start, T, U, K, need, A, eq_total, gt_base, eq_base,
                                 mutant, out)
+        elif direct > 0 and WRITE_QUEUE_VECTORS * T < end - start and (
+                end - start <= direct * T or mutant == WRITE_QUEUE_SLOTS):
+            cut = K
+            if mutant == WRITE_QUEUE_ABOVE:
+                cut = K + 1
+            elif mutant == WRITE_QUEUE_PASS1:
+                cut = (b1 + 1) << 8
+            qlens[c] = _queue(top, start, min(end - start, direct * T), T, V, cut, mutant, queue[c])
+            wild += _write_cta(ekey, ecnt, W, start, queue[c], qlens[c], T, K, A, k, gt_base, eq_base, eq_total,
+                               mutant, out, cg, ce, block)
         else:
             wild += _write_cta(ekey, ecnt, W, start, everything if every else queue[c], qlens[c], T, K, A, k,
                                gt_base, eq_base, eq_total, mutant, out, cg, ce, block)
@@ -511,7 +532,7 @@ def _selection(ekey, ecnt, W, nv, k, block, C, T, U, lo, slot, mutant, out, tr, 
 
 @njit(cache=True)
 def _select(ekey, ecnt, W, top, nv, k, block, C, T, V, lo, slot, mutant, out, tr,
-            queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce, everything):
+            queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce, everything, direct):
     """The exact selection among the keys >= lo of a staged row, spread over the C CTAs
     (2.5): every CTA queues its own chunk's vectors of top >= lo (2.7), then _selection.
     Returns (status, wild): status 1 when fewer than k keys are >= lo (underflow; nothing
@@ -528,8 +549,8 @@ def _select(ekey, ecnt, W, top, nv, k, block, C, T, V, lo, slot, mutant, out, tr
     if tr[0] == PATH_SAMPLED:  # the trace's G and E (sampled attempt)
         tr[4] = G
         tr[5] = E
-    return _selection(ekey, ecnt, W, nv, k, block, C, T, 0, lo, slot, mutant, out, tr, queue, qlens, False,
-                      everything, 0, G, local, total, total2, prefix1, prefix2, copies, cg, ce)
+    return _selection(ekey, ecnt, W, top, nv, k, block, C, T, V, 0, lo, slot, mutant, out, tr, queue, qlens,
+                      False, everything, 0, G, local, total, total2, prefix1, prefix2, copies, cg, ce, direct)
 
 
 # ---------------------------------------------------------------------------------------
@@ -720,8 +741,9 @@ def _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr,
                     wild += 1  # an entry read but never written: only a mutant gets here
         if wild:
             return wild
-        status, w = _selection(ekey, ecnt, W, nv, k, False, C, T, U, cutoff, slot, mutant, out, tr, queue, qlens,
-                               False, everything, D, G, local, total, total2, prefix1, prefix2, copies, cg, ce)
+        status, w = _selection(ekey, ecnt, W, top, nv, k, False, C, T, 0, U, cutoff, slot, mutant, out, tr, queue,
+                               qlens, False, everything, D, G, local, total, total2, prefix1, prefix2, copies, cg,
+                               ce, 0)
         if status == 0:
             return wild + w
         tr[1] = REASON_UNDERFLOW
@@ -732,8 +754,8 @@ def _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr,
     for c in range(C):
         start, end = _chunk(c, nv, C, mutant)
         qlens[c] = end - start if every else min(qlens[c], cap)
-    status, w = _selection(ekey, ecnt, W, nv, k, False, C, T, U, 0, slot, mutant, out, tr, queue, qlens, every,
-                           everything, 0, G, local, total, total2, prefix1, prefix2, copies, cg, ce)
+    status, w = _selection(ekey, ecnt, W, top, nv, k, False, C, T, 0, U, 0, slot, mutant, out, tr, queue, qlens,
+                           every, everything, 0, G, local, total, total2, prefix1, prefix2, copies, cg, ce, 0)
     return wild + w + status  # status 1: fewer than k keys selected from: only a mutant gets here
 
 
@@ -803,6 +825,7 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
     # DM: policy.direct_max_length(C, V), the longest row of the direct path (2.3); on the
     # streamed builds (U > 0: their tile's vectors a thread) D is the stage, and longer
     # token rows stream (2.12)
+    DS = DM
     if mutant == ONE_CTA_D1 and C == 1:
         DM = 8 * C * T
     sampled = (not block) and length > DM
@@ -846,15 +869,18 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
             return _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr, queue, qlens,
                              local, total, total2, prefix1, prefix2, copies, cg, ce, everything)
         status, wild = _select(ekey, ecnt, W, top, nv, k, block, C, T, V, cutoff, slot, mutant, out, tr,
-                               queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce, everything)
+                               queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce, everything,
+                               0)
         if status == 0:
             return wild
         tr[1] = REASON_UNDERFLOW
 
-    # Direct path (2.5): the same selection over every key (lo = 0).
+    # Direct path (2.5): the same selection over every key (lo = 0); its write queue (2.7)
+    # reads the tops of the slots a direct row fills (every slot in block mode).
     tr[0] = PATH_DIRECT
+    slots = V if block else min(V, DS // (8 * C * T))
     status, wild = _select(ekey, ecnt, W, top, nv, k, block, C, T, V, 0, slot, mutant, out, tr,
-                           queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce, everything)
+                           queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce, everything, slots)
     if status != 0:
         return 1  # fewer than k keys >= 0 in a row of n > k: only a mutant gets here
     return wild
