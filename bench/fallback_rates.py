@@ -6,8 +6,11 @@ A fallback (underflow) row runs the direct path over the whole row after its sam
 attempt, so a batch pays for its one unlucky row (bench/NOTES.md). Rows: indexer-like
 (conformance.cases.indexer_rows, 32 heads, D 64) or Gaussian, every row full length and
 nothing but logits (no garbage past a length: it would be valid data here), on the build
-the policy picks for 8 rows. Prints the underflow share a point and the median count of
-keys at or above the cutoff (G + E: the keys the sampled selection histograms).
+the policy picks for 8 rows. Prints the underflow share a point, the median count of
+keys at or above the cutoff (G + E: the keys the sampled selection histograms), the share
+of rows whose staged attempt's one pass overflows (K at NARROW_SPAN = 255 or more key
+steps above the cutoff, SPEC.md 2.5) and the largest K - cutoff of the rows that did not
+underflow.
 """
 
 import argparse
@@ -27,8 +30,8 @@ def main(argv=None):
     ap.add_argument("--widths", type=int, nargs="+", default=[65536, 131072, 262144, 524288, 1048576])
     ap.add_argument("--data", nargs="+", default=["rho0.9", "gaussian"], help="rho<R> (indexer-like) or gaussian")
     args = ap.parse_args(argv)
-    print("| data | width | k | q | underflow | median G + E |")
-    print("|---|---|---|---|---|---|")
+    print("| data | width | k | q | underflow | median G + E | narrow overflow | max K - cutoff |")
+    print("|---|---|---|---|---|---|---|---|")
     for kind in args.data:
         for width in args.widths:
             rng = np.random.default_rng(width)
@@ -40,9 +43,16 @@ def main(argv=None):
             build = policy.build_for(8, width, lambda b: 15)
             for k in policy.KS:
                 _, trace = simulate(bits, lengths, k, False, build=build)
+                attempted = trace[:, 3] >= 0  # (a row as short as D takes the direct path at once)
+                if not attempted.any():
+                    print(f"| {kind} | {width} | {k} | - | direct at {build} | | | |", flush=True)
+                    continue
                 under = (trace[:, 1] == 2).mean()
+                placed = attempted & (trace[:, 1] != 2)
+                span = int((trace[placed, 6] - trace[placed, 3]).max()) if placed.any() else "-"
                 print(f"| {kind} | {width} | {k} | {q_for(width, k)} | {under:.1%} | "
-                      f"{int(np.median(trace[:, 4] + trace[:, 5]))} |", flush=True)
+                      f"{int(np.median(trace[:, 4] + trace[:, 5]))} | {(trace[:, 1] == 1).mean():.1%} | {span} |",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -30,10 +30,16 @@ from decode_topk.reference.bits import NEG_INF_BITS, POS_INF_BITS, bf16_bits_fro
 from .trace import q_for, sample_positions
 from .coverage import top_slot_length, top_slot_vectors
 
-from decode_topk.kernel.policy import BUILDS, STREAM_QUEUE, Build, direct_max_length  # noqa: E402
+from decode_topk.kernel.policy import BUILDS, NARROW_SPAN, STREAM_QUEUE, Build, direct_max_length  # noqa: E402
 
 CUTOFF_BITS = 0x3F80  # 1.0
 POS_NAN = 0x7FC0
+# Values above the cutoff 1.0: near, within NARROW_SPAN - 1 key steps (1.0078 .. 3.97), so
+# that a staged attempt's one pass places K whenever it succeeds (SPEC.md 2.5), and far,
+# NARROW_SPAN + 1 steps or more (4.0 .. 255), where it cannot (make_narrow_overflow). The
+# keys of positive values are their bits plus 0x8000, so a bit step is a key step.
+NEAR = (CUTOFF_BITS + 1, CUTOFF_BITS + NARROW_SPAN)  # [low, high) bits
+FAR = (CUTOFF_BITS + NARROW_SPAN + 1, 0x4380)
 
 
 def clusters_for(width):
@@ -53,9 +59,10 @@ def _garbage(rng, size):
     return rng.choice(np.array([POS_NAN, POS_INF_BITS, 0x7F00, 0xFFC0], np.uint16), size=size)
 
 
-def controlled_row(rng, width, length, n_gt, n_eq, k_max=2048):
+def controlled_row(rng, width, length, n_gt, n_eq, k_max=2048, above=None):
     """A token row whose sampled cutoff is 1.0 on every build that holds the width, with
-    n_gt values above it (none at a sample position) and n_eq values equal to it."""
+    n_gt values above it (none at a sample position; `above`, their bits, or NEAR ones at
+    random) and n_eq values equal to it."""
     row = _background(rng, width)
     row[length:] = _garbage(rng, width - length)
     q = q_for(length, k_max)
@@ -77,13 +84,38 @@ def controlled_row(rng, width, length, n_gt, n_eq, k_max=2048):
     eq_pos = np.concatenate([picks, chosen[: n_eq - picks.size]])
     gt_pos = chosen[n_eq - picks.size:]
     row[eq_pos] = CUTOFF_BITS
-    row[gt_pos] = rng.integers(CUTOFF_BITS + 1, 0x4380, size=gt_pos.size, dtype=np.uint16)  # (1, 256)
+    row[gt_pos] = rng.integers(*NEAR, size=gt_pos.size, dtype=np.uint16) if above is None else above
     return row
 
 
 def make_controlled(rng, width, specs):
-    """Rows of controlled_row, one a (length, n_gt, n_eq) spec."""
-    logits = np.stack([controlled_row(rng, width, length, g, e) for length, g, e in specs])
+    """Rows of controlled_row, one a (length, n_gt, n_eq) spec, or (length, n_gt, n_eq,
+    True): the n_gt values FAR above the cutoff (a staged attempt's one pass overflows
+    where k <= n_gt)."""
+    logits = np.stack([controlled_row(rng, width, spec[0], spec[1], spec[2],
+                                      above=rng.integers(*FAR, size=spec[1], dtype=np.uint16) if spec[3:] else None)
+                       for spec in specs])
+    return logits, np.array([s[0] for s in specs])
+
+
+def narrow_values(rng, far, at_255, at_254, near):
+    """The values above the cutoff of a make_narrow_overflow row: `far` FAR ones, `at_255`
+    and `at_254` exactly NARROW_SPAN and NARROW_SPAN - 1 key steps above it, `near` NEAR
+    ones below those."""
+    return np.concatenate([rng.integers(*FAR, size=far, dtype=np.uint16),
+                           np.full(at_255, CUTOFF_BITS + NARROW_SPAN, np.uint16),
+                           np.full(at_254, CUTOFF_BITS + NARROW_SPAN - 1, np.uint16),
+                           rng.integers(NEAR[0], NEAR[1] - 1, size=near, dtype=np.uint16)])
+
+
+def make_narrow_overflow(rng, width, specs):
+    """Controlled rows (cutoff 1.0) whose k-th largest key may lie NARROW_SPAN or more key
+    steps above the cutoff, where a staged attempt's one pass cannot place it and the row
+    takes the direct path (SPEC.md 2.5; narrow_intent): one a (length, far, at_255, at_254,
+    near, n_eq) spec (narrow_values)."""
+    logits = np.stack([controlled_row(rng, width, length, far + a255 + a254 + near, n_eq,
+                                      above=narrow_values(rng, far, a255, a254, near))
+                       for length, far, a255, a254, near, n_eq in specs])
     return logits, np.array([s[0] for s in specs])
 
 
@@ -136,7 +168,7 @@ def controlled_vector_row(rng, width, length, halves, k_max=2048):
         chosen = rng.choice(candidates, size=gv + extra, replace=False)
         score = np.where(lanes[chosen], rng.random((chosen.size, 8)), -1.0)  # a random free lane each
         where = 8 * chosen + score.argmax(axis=1)
-        row[where[:gv]] = rng.integers(CUTOFF_BITS + 1, 0x4380, size=gv, dtype=np.uint16)  # (1, 256)
+        row[where[:gv]] = rng.integers(*NEAR, size=gv, dtype=np.uint16)
         row[where[gv:]] = CUTOFF_BITS
     return row
 
@@ -314,7 +346,20 @@ WIDE_SPECS = (
     (524288 - 7, 700, 324),  # 1024
     (524288, 7500, 1500),  # G + E past 8192
 )
+# The staged attempt's one pass (SPEC.md 2.5): (length, far, at_255, at_254, near, n_eq)
+# (make_narrow_overflow). K NARROW_SPAN - 1 and NARROW_SPAN steps above the cutoff at each
+# k (the k - 1 largest FAR), K far at every k, and K near with most values far.
+NARROW_SPECS = tuple((W_SAMPLED - 8 * i, k - 1, a255, 1 - a255, 300, 300)
+                     for i, k in enumerate((512, 1024, 2048)) for a255 in (0, 1)) + (
+    (W_SAMPLED, 2100, 0, 0, 0, 300),  # K far at every k
+    (W_SAMPLED - 3, 400, 0, 0, 2000, 300),  # far above K at every k
+)
+# The same at the capacity of 1x512x16 and 2x512x8 (65,536 logits: their top slots).
+NARROW_SPECS_65536 = ((65536, 2100, 0, 0, 0, 600), (65533, 1023, 1, 0, 300, 600), (65536 - 8, 1023, 0, 1, 300, 600))
 SAMPLE_HIT_LENGTHS = (W_SAMPLED, 65536 + 8192)
+# make_top_span: the three kinds at the widest row every one-CTA build stages (1x512x4's
+# 16,384), with a masked last vector, and shorter.
+TOP_SPAN_LENGTHS = (16384, 16383, 12289, 16381, 9000, 16384, 16381, 16384)
 # The middle of each staged-vector slot s >= 1 of the 1-CTA builds (nv in (512 s, 512 (s+1)]).
 ONE_CTA_LENGTHS_8 = tuple(2048 * (2 * s + 1) for s in range(1, 8))  # direct (<= 32,768)
 ONE_CTA_LENGTHS_16 = tuple(2048 * (2 * s + 1) for s in range(8, 16))  # 1x512x16, sampled
@@ -382,25 +427,26 @@ def _direct_max(build):
     return direct_max_length(build.cluster, build.vectors)
 
 
-def attempt_outcome(build, k, n_gt, n_eq):
+def attempt_outcome(build, k, n_gt, n_eq, far=False):
     """(path, reason) of a sampled attempt with G = n_gt, E = n_eq on build, where the
     cutoff is steered: underflow (2, 2) when G + E < k; on the streamed builds, whose
     overflow depends on how the values share vectors (SPEC.md 2.12), any outcome of the
     attempt, (1, None), when some CTA's queue might exceed STREAM_QUEUE (G + min(E, k)
-    does: trace.queue_bound); else sampled (1, 0)."""
+    does: trace.queue_bound); on the staged builds the one pass's overflow (2, 1) when the
+    values above the cutoff are FAR and k <= G (K among them, SPEC.md 2.5); else sampled
+    (1, 0)."""
     if n_gt + n_eq < k:
         return (2, 2)
-    if Build.parse(build).streams and n_gt + min(n_eq, k) > STREAM_QUEUE:
-        return (1, None)
-    return (1, 0)
+    if Build.parse(build).streams:
+        return (1, None) if n_gt + min(n_eq, k) > STREAM_QUEUE else (1, 0)
+    return (2, 1) if far and k <= n_gt else (1, 0)
 
 
 def controlled_intent(specs):
     """Rows of make_controlled: direct up to the build's direct_max_length, else
     attempt_outcome."""
     def intent(build, k):
-        return [(2, 0) if length <= _direct_max(build) else attempt_outcome(build, k, n_gt, n_eq)
-                for length, n_gt, n_eq in specs]
+        return [(2, 0) if spec[0] <= _direct_max(build) else attempt_outcome(build, k, *spec[1:]) for spec in specs]
     return intent
 
 
@@ -444,17 +490,69 @@ def hit_intent(lengths):
 
 def one_cta_intent(lengths):
     """Rows of make_one_cta_hits: direct up to the build's direct_max_length; past it on a
-    1-CTA build underflow where q < k, else sampled, and on the others a sampled attempt
-    (any outcome)."""
+    1-CTA build underflow where q < k, else (the 2048 values consecutive keys, so K lies q -
+    k key steps above the cutoff) the one pass's overflow where q - k >= NARROW_SPAN, else
+    sampled; on the others a sampled attempt (any outcome)."""
     def intent(build, k):
         rows = []
         for length in lengths:
+            q = q_for(length, k)
             if length <= _direct_max(build):
                 rows.append((2, 0))
             elif Build.parse(build).cluster == 1:
-                rows.append((2, 2) if q_for(length, k) < k else (1, 0))
+                rows.append((2, 2) if q < k else (2, 1) if q - k >= NARROW_SPAN else (1, 0))
             else:
                 rows.append((1, None))
+        return rows
+    return intent
+
+
+def make_top_span(rng, width, lengths):
+    """Rows for the one-CTA direct path's narrow pass from the top (SPEC.md 2.5): the row's
+    largest key M (128.0) and, in turn, 2047 keys NARROW_SPAN - 1 steps below it (K placed
+    by the pass, bin 1), 2047 keys NARROW_SPAN steps below it (K in bin 0: the two passes),
+    511 keys 100 steps below it over a far background (placed at k = 512, the two passes
+    above), and 2047 keys equal to 64.0 with the row's three largest (above it) in its last
+    valid lanes (K = 64.0 and A = 3: an M that missed the last vector would lump them into
+    K's bin); one row a length, the kinds in turn, garbage past the length."""
+    top = 0x4300  # 128.0
+    logits = np.empty((len(lengths), width), np.uint16)
+    for r, length in enumerate(lengths):
+        row = bf16_bits_from_float32(rng.uniform(-4.0, 1.0, width).astype(np.float32))  # far below M
+        row[length:] = _garbage(rng, width - length)
+        kind = r % 4
+        if kind == 3:
+            where = rng.choice(length - 8, size=2047, replace=False)
+            row[where] = 0x4280  # 64.0
+            row[length - 3:length] = (0x4281, 0x4290, 0x4300)
+        else:
+            where = rng.choice(length, size=2048, replace=False)
+            row[where[0]] = top
+            if kind == 2:
+                row[where[1:512]] = top - 100
+            else:
+                row[where[1:]] = top - NARROW_SPAN + (1 if kind == 0 else 0)
+        logits[r] = row
+    return logits, np.array(lengths)
+
+
+def narrow_intent(specs):
+    """Rows of make_narrow_overflow: direct up to the build's direct_max_length; past it
+    underflow when G + E < k, else by the k-th largest key: FAR or NARROW_SPAN steps above
+    the cutoff, the one pass's overflow (2, 1), nearer, sampled (1, 0). (The streamed
+    builds' attempts have no such pass: any outcome there.)"""
+    def intent(build, k):
+        build = Build.parse(build)
+        rows = []
+        for length, far, a255, a254, near, n_eq in specs:
+            if length <= _direct_max(build):
+                rows.append((2, 0))
+            elif build.streams:
+                rows.append((1, None))
+            elif far + a255 + a254 + near + n_eq < k:
+                rows.append((2, 2))
+            else:
+                rows.append((2, 1) if k <= far + a255 else (1, 0))
         return rows
     return intent
 
@@ -492,14 +590,15 @@ def intent_problems(intent, build, k, block_mode, trace):
 def top_slot_specs(builds):
     """Controlled specs at the shortest length whose every CTA of every build of `builds`
     stages its top slot (coverage.top_slot_length): crowded (G = 12000), underflow
-    (G + E = 511 < k) and sampled (G + E = 8192), at every k."""
+    (G + E = 511 < k), sampled (G + E = 8192) and the one pass's overflow (G = 3000 FAR),
+    at every k."""
     length = top_slot_length(builds)
     # The cutoff needs q + 2 copies of 1.0 at each build's sample positions (controlled_row):
     # at the 1-CTA builds' short top-slot lengths q is large, so more equal keys are placed.
     need = len(clusters_for(length + 7)) * (q_for(length, 2048) + 2)
     if need <= 193:
-        return ((length, 12000, 300), (length, 200, 311), (length, 7999, 193))
-    return ((length, 12000, need), (length, 200, need), (length, 3000, need))
+        return ((length, 12000, 300), (length, 200, 311), (length, 7999, 193), (length, 3000, 193, True))
+    return ((length, 12000, need), (length, 200, need), (length, 3000, need), (length, 3000, need, True))
 
 
 def make_top_slot_rows(rng, width, specs, builds):
@@ -520,7 +619,7 @@ def make_top_slot_rows(rng, width, specs, builds):
         targets = np.unique((8 * vectors[:, None] + lanes).ravel())
         samples = np.concatenate([sample_positions(length, c) for c in clusters_for(width)])
         targets = np.setdiff1d(targets[targets < length], samples)
-        # controlled_row's values: above 1.0 in (0x3F80, 0x4380), the background below 1.0
+        # controlled_row's values: above 1.0 in NEAR or FAR, the background below 1.0
         # (positive bits under 0x3F80, or negative).
         above = (row[:length] > CUTOFF_BITS) & (row[:length] < 0x8000)
         targets = targets[row[targets] != CUTOFF_BITS]

@@ -47,7 +47,7 @@ NO_SLOT = -1  # the slot "reached" by a row that stages no vector (length 0)
 STREAMED = -2  # the "slot" of a streamed row (SPEC.md 2.12), whose vectors have none
 MODE_NAMES = {False: "token", True: "block"}
 SHORT, SAMPLED, DIRECT = 0, 1, 2  # trace path codes (SPEC.md 2.11)
-NONE, OVERFLOW, UNDERFLOW = 0, 1, 2  # trace reason codes (overflow: a streamed queue's, SPEC.md 2.12)
+NONE, OVERFLOW, UNDERFLOW = 0, 1, 2  # trace reason codes (overflow: a streamed queue's, SPEC.md 2.12, or a staged attempt's one pass, 2.5)
 
 
 def normalize_build(build):
@@ -152,6 +152,9 @@ def reachable(build):
       keys at or above it; q <= 576 < k = 2048, since every sampled row is longer than
       D >= 16,384 logits); k or more such keys succeed (conformance/algorithm_cases.py
       builds exactly such rows: make_controlled, make_samples_hit_top, make_one_cta_hits).
+      So is the overflow of the attempt's one pass (path 2, reason 1: K at NARROW_SPAN or
+      more above the cutoff, SPEC.md 2.5): k or more such keys placed far above it
+      (make_narrow_overflow).
     - a streamed row (n > D, the stage, on a streamed build): slot STREAMED, with the
       sampled path and both fallbacks: underflow as above, and overflow (path 2, reason 1)
       once a chunk may hold more than STREAM_QUEUE vectors (nv > 8,192 C; e.g. the 2048
@@ -162,8 +165,7 @@ def reachable(build):
       where C T >= 4096; slots 0-1 at C = 2; slots 0-3 at C = 1), or no slot at length 0.
     - direct, reason 0, for k < nv <= C T V: every slot 0 .. V - 1.
     No other (path, reason) is possible: the sampled path and the fallbacks exist only in
-    token mode for n > D, a short row never falls back, and only the streamed builds
-    overflow.
+    token mode for n > D, and a short row never falls back.
     """
     label = build_label(build)
     cluster, threads, vectors = normalize_build(build)
@@ -177,9 +179,9 @@ def reachable(build):
         combos.add((label, "block", s, DIRECT, NONE))
         if s < direct_vectors:
             combos.add((label, "token", s, DIRECT, NONE))
-    attempts = [(SAMPLED, NONE), (DIRECT, UNDERFLOW)]
+    attempts = [(SAMPLED, NONE), (DIRECT, UNDERFLOW), (DIRECT, OVERFLOW)]
     if normalize_build(build).streams:
-        combos |= {(label, "token", STREAMED, path, reason) for path, reason in attempts + [(DIRECT, OVERFLOW)]}
+        combos |= {(label, "token", STREAMED, path, reason) for path, reason in attempts}
     elif direct_vectors < vectors:
         combos |= {(label, "token", s, path, reason) for s in range(vectors) for path, reason in attempts}
     return combos

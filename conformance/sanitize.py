@@ -26,6 +26,8 @@ CASES = (
     ("sampled-crowded", "sampled path with thousands of survivors a CTA (the retired overflow)"),
     ("ties-across-ctas", "K tied at almost every index: the lowest-index ties across the CTAs"),
     ("sampled-underflow", "the fallback: fewer than k at or above the cutoff -> direct path"),
+    ("sampled-narrow-overflow", "the staged attempt's one pass: K 254 steps above the cutoff, and its overflow "
+                                "-> direct path"),
     ("sampled-eq-capped", "more than k keys equal to the cutoff in a CTA"),
     ("lengths", "short rows (n <= k), the direct path, lengths 0, 1, k +- 1, partial vectors"),
     ("mostly-neg-inf", "block mode: -inf blocks written as -1, the pinned newest block"),

@@ -6,8 +6,9 @@
   by counting, K and A by sorting the row), independently of the cluster model.
 - `trace_invariants(logits_bits, lengths, k, block_mode, trace, build=None)`: the problems
   of a trace: shape, -1 fields inconsistent with the path, q, G, kth and above against the
-  row, the fallback reasons against gt and eq (underflow: gt + eq < k; a streamed queue's
-  overflow needs gt + min(eq, k) > STREAM_QUEUE); with a build, also every field against
+  row, the fallback reasons against gt and eq (underflow: gt + eq < k; an overflow needs a
+  streamed queue's gt + min(eq, k) > STREAM_QUEUE, or a staged attempt's K >= cutoff +
+  NARROW_SPAN with gt + eq >= k); with a build, also every field against
   `expected_trace` (which decides the overflow CTA by CTA from the vectors' tops).
 - `compare_traces(expected, actual)`: field-by-field mismatches, naming row and field (a
   kernel's trace against the model's).
@@ -23,7 +24,9 @@ from .contract import element_keys
 FIELDS = tuple(policy.TRACE_FIELDS)
 PATH, REASON, Q, CUTOFF, GT, EQ, KTH, ABOVE = range(8)
 PATH_NAMES = {0: "short", 1: "sampled", 2: "direct"}
-REASON_NAMES = {0: "none", 1: "overflow", 2: "underflow"}  # overflow: a streamed queue's (SPEC.md 2.12)
+# overflow: a streamed queue's (SPEC.md 2.12), or a staged attempt's K NARROW_SPAN or more
+# above its cutoff (SPEC.md 2.5)
+REASON_NAMES = {0: "none", 1: "overflow", 2: "underflow"}
 SAMPLES = policy.SAMPLES
 STREAM_QUEUE = policy.STREAM_QUEUE  # vectors a streamed CTA's queue holds (SPEC.md 2.12)
 
@@ -121,6 +124,8 @@ def expected_row_trace(keys, length, k, block_mode, build, kth_above=None):
         tr[REASON] = 1  # some CTA's queue overflowed (SPEC.md 2.12 step 3: tested first)
     elif gt + eq < k:
         tr[REASON] = 2
+    elif not build.streams and kth >= cutoff + policy.NARROW_SPAN:
+        tr[REASON] = 1  # the staged attempt's one pass cannot place K (SPEC.md 2.5)
     else:
         tr[PATH] = 1
     return tr
@@ -196,9 +201,11 @@ def _row_problems(keys, length, k, block_mode, tr, kth_above=None):
         p.append(f"eq {eq}, the row has {E} keys equal to the cutoff {cutoff}")
     if reason == 2 and not gt + eq < k:
         p.append(f"underflow with gt + eq = {gt + eq} >= k")
-    if reason == 1 and not queue_bound(gt, eq, k) > STREAM_QUEUE:
-        p.append(f"overflow with gt + min(eq, k) = {queue_bound(gt, eq, k)} <= {STREAM_QUEUE}: no CTA's queue "
-                 f"can hold more")
+    if reason == 1 and not queue_bound(gt, eq, k) > STREAM_QUEUE and not (
+            K >= cutoff + policy.NARROW_SPAN and k <= gt + eq):
+        p.append(f"overflow with gt + min(eq, k) = {queue_bound(gt, eq, k)} <= {STREAM_QUEUE} (no CTA's queue "
+                 f"can hold more) and K {K} below cutoff + {policy.NARROW_SPAN} or gt + eq < k (a staged "
+                 f"attempt's one pass places it)")
     if reason == 0 and path == 1:
         if not k <= gt + eq:
             p.append(f"sampled row with gt + eq = {gt + eq} < k")

@@ -44,10 +44,13 @@ Sampled (token rows longer than D = direct_max_length(C): 32,768 logits at 1 and
 
     every CTA reads the row's 2048 samples ──► the same cutoff in every CTA (the q-th
     largest sample, q aiming at k + 2560 keys at or above it, and at least Q_MIN[k])
-        └► the selection among the keys >= cutoff (two passes, two cluster barriers)
-        └► fewer than k of them (underflow): the direct path
+        └► the selection among the keys >= cutoff: on the staged builds one pass of
+           key - cutoff (K lies a few key steps above the cutoff; one cluster barrier), on
+           the streamed builds two passes (two cluster barriers)
+        └► fewer than k of them (underflow), or K at 255 or more steps above the cutoff
+           (the one pass's overflow): the direct path
 
-Direct (block mode, short token rows, and an underflowed sampled row): the selection
+Direct (block mode, short token rows, and a sampled row that fell back): the selection
 among every key (lo = 0).
 
 Whole-chunk histograms spread each warp's atomics over 8 copies (lane l counts into copy
@@ -89,6 +92,7 @@ from .policy import (
     KS,
     LOGITS_PER_VECTOR,
     MAX_WIDTH,
+    NARROW_SPAN,
     PROFILE_STAMPS,
     Q_MIN,
     SAMPLES,
@@ -131,7 +135,14 @@ __all__ = [
 
 SELECT_BATCH = 4  # radix selects: keys a thread loads before it counts any
 HIST_COPIES = 8  # the selection's histograms: lane l counts into copy l mod 8
-EXCHANGES = 3  # histogram exchanges a row can need: 2 (sampled or direct), 3 (underflow, then direct)
+# What a histogram pass counts (count_vector): the high byte of each key >= lo; the low byte
+# of each key >= lo whose high byte is `high`; key - lo, at most NARROW_SPAN (the staged
+# attempt's one pass, 2.5); NARROW_SPAN - (lo - key), at least 0, lo the row's largest key
+# (the one-CTA direct path's narrow pass from the top, 2.5).
+PASS_HIGH, PASS_LOW, PASS_NARROW, PASS_TOP = 0, 1, 2, 3
+# Histogram exchanges a row can need: 2 (sampled or direct), 3 (a fallback, then direct), 4
+# at one CTA (a fallback, then the direct path's pass from the top and its two passes).
+EXCHANGES = 3
 # Words of the "misc" region (byte offsets): the trace's cluster-wide gt and eq counters
 # (CTA 0's), the trash word the histograms' uncounted keys add into (read by nothing), a
 # streamed row's count of keys == cutoff in the vectors its queues left out and of the
@@ -513,6 +524,11 @@ class DecodeTopK:
         self.direct_slots = vector_count if self.block_mode else min(
             vector_count, direct_max_length(cluster, vector_count) // (LOGITS_PER_VECTOR * cluster * self.threads))
         self.write_queue = self.direct_slots > WRITE_QUEUE_VECTORS
+        # One CTA a row, token mode: the direct path first tries one pass from the row's
+        # largest key, which staging finds at the cost of a warp reduction (2.5); on a
+        # cluster it would need the peers' maxima, one more exchange and cluster barrier,
+        # and a block row's largest key is its pinned newest block's +inf.
+        self.narrow_top = cluster == 1 and not self.block_mode
         # Vectors a thread loads before it stores any (4 registers each), as many as fit
         # beside the tops it keeps: 1024 threads have 64 registers a thread (4 spilled there),
         # 16 tops crowd 512 threads' 128 (8 spilled there).
@@ -536,10 +552,13 @@ class DecodeTopK:
         # Shared memory, byte offsets; every size is a multiple of 16, so each region keeps
         # the stage's 16-byte alignment. "copies" .. "select" are zeroed at the start, before
         # the cluster barrier's arrive, 16 bytes a store. "exchange" holds three histogram
-        # exchanges (2.5: a row's first selection uses 0 and 1; the direct path after an
-        # underflow, which used only 0, uses 1 and 2), each a 256-bin total and a 256-bin
+        # exchanges (2.5: a row's first selection uses 0 and 1, or 0 alone for the staged
+        # attempt's one pass; the direct path after a fallback, whose attempt used only 0,
+        # uses 1 and 2), four where the direct path first makes its pass from the top (one
+        # CTA, token mode: that pass, then the two), each a 256-bin total and a 256-bin
         # prefix of the lower ranks.
-        regions = (("stage", stage_bytes), ("copies", 256 * HIST_COPIES * 4), ("exchange", EXCHANGES * 2048),
+        exchanges = EXCHANGES + (1 if self.narrow_top else 0)
+        regions = (("stage", stage_bytes), ("copies", 256 * HIST_COPIES * 4), ("exchange", exchanges * 2048),
                    ("misc", MISC_BYTES), ("select", 2048), ("grid", 1024),
                    ("samples", SAMPLES * 2), ("queue", slots * 2)) + index_regions
         self.offsets = {}
@@ -650,8 +669,26 @@ class DecodeTopK:
             if const_expr(batch == 0):
                 for r, key in samples:
                     shared_store_u16(sm["samples"] + (r * nt + tid) * 2, key, sampled)
+        if const_expr(self.narrow_top):
+            # The row's largest key M for the direct path's narrow pass from the top (2.5):
+            # each warp's largest top in its own word of "grid" (a plain store: at one CTA
+            # no barrier orders the zeroing at entry before it), read after the barrier.
+            mine = tops[0]
+            for s in cutlass.range_constexpr(1, len(tops)):
+                mine = cutlass.max(mine, tops[s])
+            mine = cute.arch.warp_redux_sync(mine, "max")
+            if lane == 0:
+                shared_store_u32(sm["grid"] + (tid >> 5) * 4, mine)
         cute.arch.sync_threads()
         self.stamp(trace_row, rank, tid, "staged")
+        top_key = None  # the direct path's M, at one CTA a row
+        if const_expr(self.narrow_top):
+            # (read before any thread passes another barrier, the first after which "grid"
+            # is written again)
+            top_key = Int32(-1)
+            for q in cutlass.range_constexpr(self.threads // 128):
+                for w in shared_load_u32x4(sm["grid"] + q * 16):
+                    top_key = cutlass.max(top_key, Int32(w))
         # Dependents may start once the inputs are read (2.10): for a staged row that is
         # now; a streamed row reads its row until its last write, so the streamed builds
         # leave the trigger to their CTAs' exit.
@@ -680,9 +717,9 @@ class DecodeTopK:
                     reason, kth, above = self.stream_attempt(sm, tid, lane, rank, tops, row_logits, cutoff, length,
                                                              nv, start, chunk, out_row, trace_row)
                 else:
-                    underflow, kth, above = self.select_write(sm, tid, lane, rank, tops, cutoff, sm["exchange"],
-                                                              start, count, length, nv, out_row, trace_row, True)
-                    reason = underflow * 2
+                    status, kth, above = self.select_write(sm, tid, lane, rank, tops, cutoff, sm["exchange"],
+                                                           start, count, length, nv, out_row, trace_row, True)
+                    reason = _pick(status == 1, 2, _pick(status == 2, 1, 0))
                 self.record(trace_row, rank, tid, "reason", reason)
                 if reason == 0:
                     direct = Int32(0)
@@ -701,12 +738,13 @@ class DecodeTopK:
                     else:
                         unused_under, kth, above = self.select_write(sm, tid, lane, rank, tops, Int32(0),
                                                                      sm["exchange"], start, count, length, nv,
-                                                                     out_row, trace_row, False)
+                                                                     out_row, trace_row, False, False, top_key)
                 else:
-                    # Exchanges 0 and 1, or 1 and 2 after an underflow (which used only 0).
+                    # Exchanges 0 and 1, or 1 and 2 after the attempt (whose one pass used 0).
                     unused_under, kth, above = self.select_write(sm, tid, lane, rank, tops, Int32(0),
                                                                  sm["exchange"] + sampled * 2048, start, count,
-                                                                 length, nv, out_row, trace_row, False)
+                                                                 length, nv, out_row, trace_row, False, False,
+                                                                 top_key)
                 self.record(trace_row, rank, tid, "path", Int32(2))
                 self.record(trace_row, rank, tid, "kth", kth)
                 self.record(trace_row, rank, tid, "above", above)
@@ -948,19 +986,20 @@ class DecodeTopK:
         return gt, eq
 
     @cute.jit
-    def count_queued(self, sm, tid, lane, queued, lo, high, start, length, nv, second: cutlass.Constexpr,
+    def count_queued(self, sm, tid, lane, queued, lo, high, start, length, nv, kind: cutlass.Constexpr,
                      everything: cutlass.Constexpr, streamed: cutlass.Constexpr = False):
         """A histogram pass over the queue into the 8-copy histogram: round r hands entry
-        r T + t to thread t. Keys below lo are not counted; the first pass counts high
-        bytes, the second the low bytes of the keys whose high byte is high. everything: the
-        direct path's queue, every vector of the chunk (entry e is vector e; no queue)."""
+        r T + t to thread t. Keys below lo are not counted; `kind` PASS_HIGH counts high
+        bytes, PASS_LOW the low bytes of the keys whose high byte is high, PASS_NARROW key -
+        lo (2.5). everything: the direct path's queue, every vector of the chunk (entry e is
+        vector e; no queue)."""
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
             i = self.queue_entry(sm, entry, queued, everything or streamed)
             self.count_vector(sm, tid, lane, self.vector_words(sm, i), self.entry_vector(sm, i, start, streamed),
-                              _pick(entry < queued, 1, 0), lo, high, length, nv, second, everything)
+                              _pick(entry < queued, 1, 0), lo, high, length, nv, kind, everything)
 
-    def count_vector(self, sm, tid, lane, words, g, present, lo, high, length, nv, second, everything):
+    def count_vector(self, sm, tid, lane, words, g, present, lo, high, length, nv, kind, everything):
         """Count one vector a lane (global vector g, its words; present 0: nothing) into the
         8-copy histogram, as count_queued's passes do; every lane of the warp calls it."""
         bins = []
@@ -969,7 +1008,17 @@ class DecodeTopK:
             ok = ok & present
             if const_expr(not everything):  # the direct path's lo is 0, below no key
                 ok = ok & _pick(key >= lo, 1, 0)
-            if const_expr(second):
+            if const_expr(kind == PASS_TOP):
+                # (lo >= every valid key; an invalid lane's bin is never used: its add goes
+                # to the trash word)
+                bins.append(Int32(NARROW_SPAN) - cutlass.min(lo - key, Int32(NARROW_SPAN)))
+                oks.append(ok)
+            elif const_expr(kind == PASS_NARROW):
+                # (a key below lo, not counted, may give a negative bin: its add goes to
+                # the trash word, so the address is never used)
+                bins.append(cutlass.min(key - lo, Int32(NARROW_SPAN)))
+                oks.append(ok)
+            elif const_expr(kind == PASS_LOW):
                 bins.append(key & 255)
                 oks.append(ok & _pick((key >> 8) == high, 1, 0))
             else:
@@ -1063,10 +1112,19 @@ class DecodeTopK:
         """(keys > K, keys == K) of the CTAs before this one, K = (high << 8) | low: the
         prefix bins above high of the first pass, above low of the second, and low's, in
         the calling warp (lane l sums bins 8l .. 8l + 7 of both, one warp reduction; select
-        calls it in warp 0). At one CTA a row there are none: (0, 0)."""
+        calls it in warp 0). high None: the staged attempt's one pass (2.5), K's bin low,
+        the bins above it and its own. At one CTA a row there are none: (0, 0)."""
         gt_base = Int32(0)
         eq_base = Int32(0)
-        if const_expr(self.cluster > 1):
+        if const_expr(self.cluster > 1 and high is None):
+            first = shared_load_u32x4(buffer + 1024 + lane * 32) + shared_load_u32x4(buffer + 1024 + lane * 32 + 16)
+            acc = Int32(0)
+            for j in range(8):
+                acc = acc + _pick(lane * 8 + j > low, Int32(first[j]), 0)
+            gt_base = cute.arch.warp_redux_sync(acc, "add")
+            # (no bin, low = -1: an underflow, whose bases nothing reads)
+            eq_base = shared_load_u32(buffer + 1024 + cutlass.max(low, Int32(0)) * 4)
+        elif const_expr(self.cluster > 1):
             first = shared_load_u32x4(buffer + 1024 + lane * 32) + shared_load_u32x4(buffer + 1024 + lane * 32 + 16)
             second = (shared_load_u32x4(buffer + 2048 + 1024 + lane * 32)
                       + shared_load_u32x4(buffer + 2048 + 1024 + lane * 32 + 16))
@@ -1152,24 +1210,83 @@ class DecodeTopK:
                         rank_eq = rank_eq + is_eq
 
     @cute.jit
+    def narrow_write(self, sm, tid, lane, rank, queued, lo, buffer, start, length, nv, out_row, trace_row):
+        """The staged attempt after its one pass of key - lo (2.5), exchanged in `buffer`:
+        K's bin b with the prefixes of that pass (one selection, one barrier); b < 255:
+        K = lo + b exactly and each CTA writes its keys; b = 255 (K >= lo + NARROW_SPAN):
+        overflow; no bin (fewer than k keys >= lo): underflow. Returns (status, K, A):
+        status 0, 1 on underflow, 2 on overflow (nothing written), as select_write's."""
+        b, above, gt_base, eq_base = self.select(sm, tid, buffer, Int32(self.k), (buffer, None))
+        status = _pick(b < 0, 1, _pick(b >= NARROW_SPAN, 2, 0))
+        kth = Int32(-1)
+        if status == 0:
+            kth = lo + b
+            self.final_write(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+                             trace_row, rank, False, False)
+        else:
+            above = Int32(-1)
+        return status, kth, above
+
+    @cute.jit
     def select_write(self, sm, tid, lane, rank, tops, lo, buffer, start, count, length, nv, out_row, trace_row,
-                     attempt: cutlass.Constexpr, streamed: cutlass.Constexpr = False):
+                     attempt: cutlass.Constexpr, streamed: cutlass.Constexpr = False, top_key=None):
         """The selection among the keys >= lo (SPEC.md 2.5): queue, pass 1, exchange,
         barrier, K's high byte from the cluster's total; pass 2, exchange, barrier, its low
-        byte; every CTA writes its own keys. Returns (underflow, K, A): underflow 1 (nothing
-        written) when fewer than k keys are >= lo, which every CTA sees alike. attempt: the
-        sampled attempt (lo its cutoff), else the direct path (lo = 0: every vector, and no
-        queue before the write; the write's queue of 2.7 reads the tops of the slots a
-        direct row fills).
+        byte; every CTA writes its own keys. Returns (status, K, A): status 1 (nothing
+        written) when fewer than k keys are >= lo, which every CTA sees alike; 2 when a
+        streamed queue overflowed or the staged attempt's one pass could not place K.
+        attempt: the sampled attempt (lo its cutoff), else the direct path (lo = 0: every
+        vector, and no queue before the write; the write's queue of 2.7 reads the tops of
+        the slots a direct row fills). The staged attempt (attempt, not streamed) makes one
+        pass of key - lo instead of the two (narrow_write). top_key (the one-CTA direct
+        path over the stage): the row's largest key M, from which a narrow pass first tries
+        to place K in `buffer` (2.5), the two passes following in the next two buffers
+        only where K lies NARROW_SPAN or more steps below M.
         streamed: a streamed row's queue of `count` vectors in the stage (2.12), whose keys
         == lo left out of it (MISC_DROPPED) count towards the underflow test, and whose
         trace counts the stream made."""
         everything = not attempt
+        narrow = attempt and not streamed  # the staged attempt: one pass (2.5)
         queued = count
         if const_expr(attempt and not streamed):
             queued = self.queue_vectors(sm, tid, lane, tops, lo)
             self.stamp(trace_row, rank, tid, "queued")
-        self.count_queued(sm, tid, lane, queued, lo, Int32(-1), start, length, nv, False, everything, streamed)
+        status = Int32(0)
+        if const_expr(top_key is not None):
+            self.first_pass(sm, tid, lane, rank, queued, top_key, buffer, start, length, nv, trace_row, PASS_TOP,
+                            attempt, streamed)
+            b, above, gt_base, eq_base = self.select(sm, tid, buffer, Int32(self.k), (buffer, None))
+            kth = top_key - NARROW_SPAN + b
+            if b >= 1:
+                self.final_write(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+                                 trace_row, rank, everything, streamed, tops, count)
+            else:
+                self.first_pass(sm, tid, lane, rank, queued, lo, buffer + 2048, start, length, nv, trace_row,
+                                PASS_HIGH, attempt, streamed)
+                status, kth, above = self.passes_write(sm, tid, lane, rank, tops, queued, lo, buffer + 2048, start,
+                                                       count, length, nv, out_row, trace_row, everything, streamed)
+        else:
+            first_kind = PASS_HIGH
+            if const_expr(narrow):
+                first_kind = PASS_NARROW
+            self.first_pass(sm, tid, lane, rank, queued, lo, buffer, start, length, nv, trace_row, first_kind,
+                            attempt, streamed)
+            if const_expr(narrow):
+                status, kth, above = self.narrow_write(sm, tid, lane, rank, queued, lo, buffer, start, length, nv,
+                                                       out_row, trace_row)
+            else:
+                status, kth, above = self.passes_write(sm, tid, lane, rank, tops, queued, lo, buffer, start, count,
+                                                       length, nv, out_row, trace_row, everything, streamed)
+        return status, kth, above
+
+    @cute.jit
+    def first_pass(self, sm, tid, lane, rank, queued, lo, buffer, start, length, nv, trace_row,
+                   kind: cutlass.Constexpr, attempt: cutlass.Constexpr, streamed: cutlass.Constexpr):
+        """select_write's first histogram pass of `kind` over the queue (every vector on
+        the direct path), the attempt's trace counts, the exchange into `buffer` and its
+        barrier."""
+        everything = not attempt
+        self.count_queued(sm, tid, lane, queued, lo, Int32(-1), start, length, nv, kind, everything, streamed)
         if const_expr(attempt and self.trace and not streamed):
             # The trace's gt and eq: warp sums into CTA 0's counters, read after the barrier.
             gt, eq = self.tally(sm, tid, queued, lo, start, length, nv)
@@ -1190,6 +1307,13 @@ class DecodeTopK:
         if const_expr(attempt and self.trace):
             self.record(trace_row, rank, tid, "gt", shared_load_u32(sm["misc"] + MISC_TRACE))
             self.record(trace_row, rank, tid, "eq", shared_load_u32(sm["misc"] + MISC_TRACE + 4))
+
+    @cute.jit
+    def passes_write(self, sm, tid, lane, rank, tops, queued, lo, buffer, start, count, length, nv, out_row,
+                     trace_row, everything: cutlass.Constexpr, streamed: cutlass.Constexpr):
+        """select_write after pass 1 of the high bytes (exchanged in `buffer`): K's high
+        byte, pass 2 of the low bytes, exchange, barrier, K's low byte with the prefixes,
+        and each CTA's write. Returns select_write's (status, K, A)."""
         high, above_high, total = self.select(sm, tid, buffer, Int32(self.k))
         underflow = _pick(total < self.k, 1, 0)
         if const_expr(streamed):  # status 2: a queue overflowed (its passes counted a part)
@@ -1198,7 +1322,7 @@ class DecodeTopK:
         kth = Int32(-1)
         above = Int32(-1)
         if underflow == 0:
-            self.count_queued(sm, tid, lane, queued, lo, high, start, length, nv, True, everything, streamed)
+            self.count_queued(sm, tid, lane, queued, lo, high, start, length, nv, PASS_LOW, everything, streamed)
             cute.arch.sync_threads()
             self.stamp(trace_row, rank, tid, "pass2")
             self.exchange(sm, tid, rank, buffer + 2048)
@@ -1208,25 +1332,34 @@ class DecodeTopK:
                                                            (buffer, high))
             kth = (high << 8) | low
             above = above_high + above_low
-            if const_expr(everything and not streamed and self.write_queue):
-                # The direct path's write over the vectors that can hold a key >= K, where
-                # the chunk holds more than WRITE_QUEUE_VECTORS vectors a thread and no more
-                # than the direct_slots the queue reads the tops of (2.7): CTA-uniform, as
-                # count is. (A longer chunk is an underflowed sampled attempt's.)
-                queue_first = _pick(count > WRITE_QUEUE_VECTORS * self.threads, 1, 0)
-                if const_expr(self.direct_slots < self.vectors):
-                    queue_first = queue_first & _pick(count <= self.direct_slots * self.threads, 1, 0)
-                if queue_first == 1:
-                    queued = self.queue_vectors(sm, tid, lane, tops[:self.direct_slots], kth)
-                self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
-                                  everything, streamed, queue_first)
-            else:
-                self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
-                                  everything, streamed)
-            if const_expr(self.profile):
-                cute.arch.sync_threads()  # "placed" means the whole CTA has placed its keys
-            self.stamp(trace_row, rank, tid, "placed")
+            self.final_write(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+                             trace_row, rank, everything, streamed, tops, count)
         return underflow, kth, above
+
+    @cute.jit
+    def final_write(self, sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+                    trace_row, rank, everything: cutlass.Constexpr, streamed: cutlass.Constexpr, tops=None,
+                    count=None):
+        """The CTA's ranked write once K and A are known (2.7), and the "placed" stamp;
+        tops and count (the chunk's vectors) serve the direct path's write queue."""
+        if const_expr(everything and not streamed and self.write_queue):
+            # The direct path's write over the vectors that can hold a key >= K, where
+            # the chunk holds more than WRITE_QUEUE_VECTORS vectors a thread and no more
+            # than the direct_slots the queue reads the tops of (2.7): CTA-uniform, as
+            # count is. (A longer chunk is an underflowed sampled attempt's.)
+            queue_first = _pick(count > WRITE_QUEUE_VECTORS * self.threads, 1, 0)
+            if const_expr(self.direct_slots < self.vectors):
+                queue_first = queue_first & _pick(count <= self.direct_slots * self.threads, 1, 0)
+            if queue_first == 1:
+                queued = self.queue_vectors(sm, tid, lane, tops[:self.direct_slots], kth)
+            self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+                              everything, streamed, queue_first)
+        else:
+            self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+                              everything, streamed)
+        if const_expr(self.profile):
+            cute.arch.sync_threads()  # "placed" means the whole CTA has placed its keys
+        self.stamp(trace_row, rank, tid, "placed")
 
 
     # -- the streamed path (build 1x512x4, SPEC.md 2.12) ------------------------------------
@@ -1301,7 +1434,7 @@ class DecodeTopK:
                     if const_expr(mode == "hist1" or mode == "hist2"):
                         for s in cutlass.range_constexpr(STREAM_TILE):
                             self.count_vector(sm, tid, lane, vectors[s][1], vectors[s][0], Int32(1), Int32(0), high,
-                                              length, nv, mode == "hist2", True)
+                                              length, nv, PASS_LOW if mode == "hist2" else PASS_HIGH, True)
                     elif const_expr(mode == "queue"):
                         c0, c1, c2, c3, c4 = self.queue_tile(sm, tid, lane, tile & 1, vectors, lo, need, length,
                                                              c0, c1, c2, c3, c4)

@@ -32,6 +32,14 @@ SAMPLES = 2048  # sampled path: samples a row
 # H200: bench/NOTES.md session 8.)
 SURVIVOR_AIM = 2560
 Q_MIN = {512: 6, 1024: 8, 2048: 11}
+# A staged sampled attempt selects in one 256-bin pass of key - cutoff (SPEC.md 2.5): the
+# keys cutoff .. cutoff + 254 a bin each, every key from cutoff + NARROW_SPAN up in the last,
+# so K is found exactly unless K >= cutoff + NARROW_SPAN (then the row takes the direct
+# path: the trace's overflow). On the grid's rows K - cutoff is 0-81 (bench/NOTES.md
+# session 14): about k + SURVIVOR_AIM keys lie at or above the cutoff, a few key steps.
+NARROW_SPAN = 255
+if not 0 < NARROW_SPAN <= 255:  # its bin must be one of the pass's 256 (the kernel's and the model's)
+    raise ValueError(f"NARROW_SPAN = {NARROW_SPAN} is outside [1, 255]")
 KS = (512, 1024, 2048)
 MAX_WIDTH = 1048576
 WAVES_16 = 2  # the 16-CTA build takes at most two waves

@@ -40,7 +40,10 @@ SAMPLES = policy.SAMPLES  # 2048
 SURVIVOR_AIM = policy.SURVIVOR_AIM  # q aims at k + 2560 keys at or above the cutoff
 UNWRITTEN = -2
 PATH_SHORT, PATH_SAMPLED, PATH_DIRECT = 0, 1, 2
-REASON_NONE, REASON_OVERFLOW, REASON_UNDERFLOW = 0, 1, 2  # overflow: a streamed queue's (2.11, 2.12)
+# overflow: a streamed queue's (2.12), or a staged attempt's K at NARROW_SPAN or more above
+# the cutoff (2.5)
+REASON_NONE, REASON_OVERFLOW, REASON_UNDERFLOW = 0, 1, 2
+NARROW_SPAN = policy.NARROW_SPAN  # the staged attempt's one pass: bins cutoff + 0 .. 254, then the rest
 COPIES = 8  # histogram copies of the selection's passes (2.8)
 WRITE_QUEUE_VECTORS = policy.WRITE_QUEUE_VECTORS  # the direct write queues past 2 vectors a thread (2.7)
 
@@ -152,6 +155,18 @@ FALLBACK_TILE_BASE = _mutant("fallback_tile_base_dropped",
                              "the direct path from global memory: each tile's slots restart at the CTA's base")
 FALLBACK_THREAD_MAJOR = _mutant("fallback_tile_thread_major",
                                 "the direct path from global memory places a tile's keys thread-major (t, s)")
+# the staged attempt's one narrow pass (2.5)
+NARROW_UNCLAMPED = _mutant("narrow_unclamped", "the narrow pass drops the keys NARROW_SPAN or more above the cutoff "
+                           "(no last bin holding them)")
+NARROW_LAST_RESOLVED = _mutant("narrow_last_bin_resolved", "the narrow pass's last bin taken as K's (K = cutoff + 255)")
+NARROW_GT_INCLUSIVE = _mutant("narrow_gt_base_inclusive", "the narrow pass's gt base counts K's bin too")
+NARROW_EQ_NEXT = _mutant("narrow_eq_base_next_bin", "the narrow pass's eq base read from the bin above K's")
+NARROW_SPAN_SHORT = _mutant("narrow_span_254", "the narrow pass overflows from bin 254 (K >= cutoff + 254)")
+NARROW_BIN_SHIFT = _mutant("narrow_bin_off_by_one", "the narrow pass bins key - cutoff + 1 (K one above)")
+# the one-CTA direct path's narrow pass from the row's largest key (2.5)
+TOP_BIN0_RESOLVED = _mutant("top_bin0_resolved", "the narrow pass from the top takes K from its bin 0 (K = M - 255)")
+TOP_OFF_BY_ONE = _mutant("top_off_by_one", "the narrow pass from the top places K one step high (M - 254 + b)")
+TOP_MAX_PARTIAL = _mutant("top_max_partial", "the row's largest key M taken without the chunk's last vector")
 # the direct path's write queue (2.7)
 WRITE_QUEUE_ABOVE = _mutant("write_queue_above", "the direct write queues the vectors of top > K (not >=)")
 WRITE_QUEUE_PASS1 = _mutant("write_queue_from_pass1",
@@ -287,8 +302,13 @@ def _queue(top, start, nl, T, V, cutoff, mutant, queue):
 def _pass(ekey, ecnt, W, start, queue, qlen, T, lo, high, mutant, copies, hist):
     """One histogram pass of a CTA over its queue: entry x is unpacked by thread x mod T
     (round x // T), which counts into copy (lane mod 8). Keys below lo are not counted
-    (lo: the sampled cutoff, 0 on the direct path); high < 0: the high byte of every key,
-    else the low byte of the keys whose high byte is high. hist = the sum of the copies."""
+    (but for high == -3, whose lo is the row's largest key)
+    (lo: the sampled cutoff, 0 on the direct path); high == -1: the high byte of every key;
+    high == -2 (the staged attempt's narrow pass, 2.5): key - lo, the keys NARROW_SPAN or
+    more above lo all in the last bin; high == -3 (the one-CTA direct path's narrow pass
+    from the top, lo the row's largest key M): NARROW_SPAN - (M - key), the keys NARROW_SPAN
+    or more below M all in bin 0; else the low byte of the keys whose high byte is high.
+    hist = the sum of the copies."""
     copies[:, :] = 0
     for x in range(qlen):
         t = x % T
@@ -298,9 +318,21 @@ def _pass(ekey, ecnt, W, start, queue, qlen, T, lo, high, mutant, copies, hist):
         g = start + queue[x]
         for e in range(ecnt[g]):
             kk = ekey[g * W + e]
-            if kk < lo and mutant != PASS_CUTOFF_IGNORED:
+            if kk < lo and high != -3 and mutant != PASS_CUTOFF_IGNORED:  # (-3: lo is M, every key counts)
                 continue
-            if high < 0:
+            if high == -3:  # the narrow pass from the top: lo is M
+                d = max(lo - kk, 0)  # (kk > M: only a mutant gets here)
+                copies[cp, NARROW_SPAN - min(d, NARROW_SPAN)] += 1
+            elif high == -2:
+                d = max(kk - lo, 0)  # (kk < lo: only a mutant counts it)
+                if mutant == NARROW_BIN_SHIFT:
+                    d += 1
+                if d >= NARROW_SPAN:
+                    if mutant == NARROW_UNCLAMPED:
+                        continue
+                    d = NARROW_SPAN
+                copies[cp, d] += 1
+            elif high < 0:
                 copies[cp, kk >> 8] += 1
             elif (kk >> 8) == high or mutant == DIRECT_PASS2_ALL:
                 copies[cp, kk & 0xFF] += 1
@@ -472,6 +504,25 @@ def _bases(prefix1, prefix2, c, b1, b2, mutant):
 
 
 @njit(cache=True)
+def _direct_write(ekey, ecnt, W, top, start, end, T, V, K, A, k, gt_base, eq_base, eq_total, direct, b1, mutant,
+                  out, queue, qlen, cg, ce, block):
+    """A CTA's ranked write on the direct path over the stage (2.7; `direct`: the slots a
+    direct row fills): over its queue of the vectors with top >= K where its chunk holds
+    more than WRITE_QUEUE_VECTORS and at most `direct` vectors a thread, else over `queue`
+    as it is (qlen entries). b1: K's high byte, for a mutant (-1 where no pass made it)."""
+    n = end - start
+    if WRITE_QUEUE_VECTORS * T < n and (n <= direct * T or mutant == WRITE_QUEUE_SLOTS):
+        cut = K
+        if mutant == WRITE_QUEUE_ABOVE:
+            cut = K + 1
+        elif mutant == WRITE_QUEUE_PASS1 and b1 >= 0:
+            cut = (b1 + 1) << 8
+        qlen = _queue(top, start, min(n, direct * T), T, V, cut, mutant, queue)
+    return _write_cta(ekey, ecnt, W, start, queue, qlen, T, K, A, k, gt_base, eq_base, eq_total, mutant, out, cg,
+                      ce, block)
+
+
+@njit(cache=True)
 def _selection(ekey, ecnt, W, top, nv, k, block, C, T, V, U, lo, slot, mutant, out, tr, queue, qlens, every,
                everything, dropped, G, local, total, total2, prefix1, prefix2, copies, cg, ce, direct):
     """The exact selection among the keys >= lo over the C CTAs' queues (2.5 steps 2-7):
@@ -514,20 +565,76 @@ def _selection(ekey, ecnt, W, top, nv, k, block, C, T, V, U, lo, slot, mutant, o
             need = k if mutant == FALLBACK_NEED_K else k - A
             wild += _stream_out(ekey, ecnt, W, start, end - start, T, U, K, need, A, eq_total, gt_base, eq_base,
                                 mutant, out)
-        elif direct > 0 and WRITE_QUEUE_VECTORS * T < end - start and (
-                end - start <= direct * T or mutant == WRITE_QUEUE_SLOTS):
-            cut = K
-            if mutant == WRITE_QUEUE_ABOVE:
-                cut = K + 1
-            elif mutant == WRITE_QUEUE_PASS1:
-                cut = (b1 + 1) << 8
-            qlens[c] = _queue(top, start, min(end - start, direct * T), T, V, cut, mutant, queue[c])
-            wild += _write_cta(ekey, ecnt, W, start, queue[c], qlens[c], T, K, A, k, gt_base, eq_base, eq_total,
-                               mutant, out, cg, ce, block)
+        elif direct > 0:
+            wild += _direct_write(ekey, ecnt, W, top, start, end, T, V, K, A, k, gt_base, eq_base, eq_total, direct,
+                                  b1, mutant, out, queue[c], qlens[c], cg, ce, block)
         else:
             wild += _write_cta(ekey, ecnt, W, start, everything if every else queue[c], qlens[c], T, K, A, k,
                                gt_base, eq_base, eq_total, mutant, out, cg, ce, block)
     return 0, wild
+
+
+@njit(cache=True)
+def _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, local, total,
+            prefix1, copies, cg, ce):
+    """The staged attempt's selection in one pass (2.5): each CTA's histogram of key - lo
+    over its queue (the keys NARROW_SPAN or more above lo in the last bin), the exchange,
+    the underflow test, and K's bin b: below the last, K = lo + b exactly, A the keys of
+    the bins above it, and each CTA writes its keys (2.7) from the prefixes of that one
+    pass; the last bin (K >= lo + NARROW_SPAN) is an overflow, and the row takes the
+    direct path. Returns (status, wild): status 1 on underflow, 2 on overflow (nothing
+    written)."""
+    for c in range(C):
+        start, end = _chunk(c, nv, C, mutant)
+        _pass(ekey, ecnt, W, start, queue[c], qlens[c], T, lo, -2, mutant, copies, local[c])
+    _exchange(local, C, slot, mutant, total, prefix1)
+    ge = 0
+    for b in range(256):
+        ge += total[b]
+    if _underflows(ge, G, k, mutant):
+        return 1, 0
+    b, A = _select_bin(total, k, mutant)
+    last = NARROW_SPAN - 1 if mutant == NARROW_SPAN_SHORT else NARROW_SPAN
+    if b >= last and mutant != NARROW_LAST_RESOLVED:
+        return 2, 0
+    K = lo + b
+    tr[6] = K
+    tr[7] = A
+    wild = 0
+    for c in range(C):
+        start, end = _chunk(c, nv, C, mutant)
+        gt_base = 0
+        for j in range(b if mutant == NARROW_GT_INCLUSIVE else b + 1, 256):
+            gt_base += prefix1[c, j]
+        eq_base = prefix1[c, min(b + 1, 255) if mutant == NARROW_EQ_NEXT else b]
+        wild += _write_cta(ekey, ecnt, W, start, queue[c], qlens[c], T, K, A, k, gt_base, eq_base, total[b],
+                           mutant, out, cg, ce, block)
+    return 0, wild
+
+
+@njit(cache=True)
+def _narrow_top(ekey, ecnt, W, top, nv, k, block, T, V, mutant, out, tr, queue, qlens, local, total, prefix1,
+                copies, cg, ce, direct):
+    """The one-CTA direct path's narrow pass from the top (2.5): M the row's largest key
+    (the largest top), a histogram of NARROW_SPAN - min(M - key, NARROW_SPAN) over every
+    key of the chunk (queue[0]), K's bin b; b >= 1: K = M - NARROW_SPAN + b exactly and the
+    CTA writes its keys (2.7, with the direct write's queue); b = 0 (K at least NARROW_SPAN
+    steps below M): nothing written, and the row's two passes follow. Returns (placed,
+    wild)."""
+    last = nv - 1 if mutant == TOP_MAX_PARTIAL and nv > 1 else nv
+    M = -1
+    for g in range(last):
+        M = max(M, top[g])
+    _pass(ekey, ecnt, W, 0, queue[0], qlens[0], T, M, -3, mutant, copies, local[0])
+    _exchange(local, 1, 0, mutant, total, prefix1)
+    b, A = _select_bin(total, k, mutant)
+    if b < 1 and mutant != TOP_BIN0_RESOLVED:
+        return False, 0
+    K = M - NARROW_SPAN + b + (1 if mutant == TOP_OFF_BY_ONE else 0)
+    tr[6] = K
+    tr[7] = A
+    return True, _direct_write(ekey, ecnt, W, top, 0, nv, T, V, K, A, k, 0, 0, total[b], direct, -1, mutant, out,
+                               queue[0], qlens[0], cg, ce, block)
 
 
 @njit(cache=True)
@@ -546,9 +653,16 @@ def _select(ekey, ecnt, W, top, nv, k, block, C, T, V, lo, slot, mutant, out, tr
             above, equal = _around(ekey, ecnt, W, start + queue[c, x], lo)
             G += above
             E += equal
-    if tr[0] == PATH_SAMPLED:  # the trace's G and E (sampled attempt)
+    if tr[0] == PATH_SAMPLED:  # the trace's G and E (sampled attempt), then its one pass
         tr[4] = G
         tr[5] = E
+        return _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, local, total,
+                       prefix1, copies, cg, ce)
+    if direct > 0 and C == 1 and not block:  # one CTA, token mode: the narrow pass from the top first
+        placed, wild = _narrow_top(ekey, ecnt, W, top, nv, k, block, T, V, mutant, out, tr, queue, qlens, local,
+                                   total, prefix1, copies, cg, ce, direct)
+        if placed:
+            return 0, wild
     return _selection(ekey, ecnt, W, top, nv, k, block, C, T, V, 0, lo, slot, mutant, out, tr, queue, qlens,
                       False, everything, 0, G, local, total, total2, prefix1, prefix2, copies, cg, ce, direct)
 
@@ -873,7 +987,7 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
                                0)
         if status == 0:
             return wild
-        tr[1] = REASON_UNDERFLOW
+        tr[1] = REASON_UNDERFLOW if status == 1 else REASON_OVERFLOW
 
     # Direct path (2.5): the same selection over every key (lo = 0); its write queue (2.7)
     # reads the tops of the slots a direct row fills (every slot in block mode).

@@ -82,12 +82,12 @@ def test_slots_reached_is_the_kernels_staging_loop(build):
 
 def _combinations_of_every_length(build):
     """The combinations SPEC.md 2.3 allows at every length 0 .. capacity (in that mode),
-    every k and mode: the path a length takes, a sampled attempt ending in either of its
-    outcomes (on the streamed builds, where an attempt streams and names the slot
-    STREAMED, also a queue's overflow, SPEC 2.12)."""
+    every k and mode: the path a length takes, a sampled attempt ending in any of its
+    outcomes: sampled, underflow, overflow (on the streamed builds, where an attempt
+    streams and names the slot STREAMED, a queue's, SPEC 2.12; on the others, the narrow
+    pass's, SPEC 2.5)."""
     combos = set()
-    attempts = [(cv.SAMPLED, cv.NONE), (cv.DIRECT, cv.UNDERFLOW)] + ([(cv.DIRECT, cv.OVERFLOW)] if build.streams
-                                                                     else [])
+    attempts = [(cv.SAMPLED, cv.NONE), (cv.DIRECT, cv.UNDERFLOW), (cv.DIRECT, cv.OVERFLOW)]
     for block_mode in (False, True):
         lengths = np.arange(build.capacity_in(block_mode) + 1)
         filled = cv.slots_reached(build, lengths)
@@ -168,7 +168,8 @@ def test_dropping_a_top_slot_case_leaves_its_slots_unreached(model_ci, case):
 # rows, sampled, overflowed and underflowed;
 # then the top-slot cases (the last one is dropped below)
 MINIMAL = ["lengths", "one-cta-direct", "one-cta-underflow-wide", "needles", "plateau", "sampled-lengths",
-           "sampled-underflow", "stage-16384", "streamed-queue"] + \
+           "sampled-underflow", "sampled-narrow-overflow", "sampled-narrow-overflow-65536", "stage-16384",
+           "streamed-queue"] + \
     [c.name for c in TOP_SLOT_CASES]
 
 
