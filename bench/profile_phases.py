@@ -3,7 +3,7 @@
     source .dsl/b/install.sh && python bench/profile_phases.py [SET ...]
 
 SETS: cluster (the default), one-cta, one-cta-1024, targets, q-min, cluster-direct, two-cta,
-micro, s13, s14; --time also times each configuration's profile build
+micro, s13, s14, s15; --time also times each configuration's profile build
 (CONFIGS below).
 
 Needs the DSL on the GPU machine (the profile build is not in the AOT library). Data:
@@ -102,6 +102,11 @@ CONFIGS = {
 CONFIGS["s14"] = CONFIGS["s13"] + [
     (32, 32768, 512, False, (2, 8), {}), (64, 32768, 2048, False, (2, 8), {"data": "gaussian"}),
     (128, 8192, 512, False, (1, 8), {}), (128, 32768, 2048, False, (1, 8), {})]
+# Session 15 (docs/wip/cluster-top.patch): the windows from the top on the clusters, and the
+# second window on the Gaussian rows whose K lies 255-510 steps below M.
+CONFIGS["s15"] = CONFIGS["s14"] + [
+    (8, 8192, 2048, False, (2, 8), {"data": "gaussian"}), (128, 8192, 2048, False, (1, 8), {"data": "gaussian"}),
+    (1, 32768, 512, False, (8, 8), {}), (8, 32768, 2048, False, (8, 8), {"data": "gaussian"})]
 
 
 def main(argv=None):
