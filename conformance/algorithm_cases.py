@@ -357,9 +357,9 @@ NARROW_SPECS = tuple((W_SAMPLED - 8 * i, k - 1, a255, 1 - a255, 300, 300)
 # The same at the capacity of 1x512x16 and 2x512x8 (65,536 logits: their top slots).
 NARROW_SPECS_65536 = ((65536, 2100, 0, 0, 0, 600), (65533, 1023, 1, 0, 300, 600), (65536 - 8, 1023, 0, 1, 300, 600))
 SAMPLE_HIT_LENGTHS = (W_SAMPLED, 65536 + 8192)
-# make_top_span: the three kinds at the widest row every one-CTA build stages (1x512x4's
-# 16,384), with a masked last vector, and shorter.
-TOP_SPAN_LENGTHS = (16384, 16383, 12289, 16381, 9000, 16384, 16381, 16384)
+# make_top_span: its six kinds at the widest row every build stages (1x512x4's 16,384),
+# with a masked last vector, and shorter, each kind twice.
+TOP_SPAN_LENGTHS = (16384, 16383, 12289, 16381, 9000, 16384, 16381, 16384, 16377, 12288, 16384, 10001)
 # The middle of each staged-vector slot s >= 1 of the 1-CTA builds (nv in (512 s, 512 (s+1)]).
 ONE_CTA_LENGTHS_8 = tuple(2048 * (2 * s + 1) for s in range(1, 8))  # direct (<= 32,768)
 ONE_CTA_LENGTHS_16 = tuple(2048 * (2 * s + 1) for s in range(8, 16))  # 1x512x16, sampled
@@ -508,19 +508,24 @@ def one_cta_intent(lengths):
 
 
 def make_top_span(rng, width, lengths):
-    """Rows for the one-CTA direct path's narrow pass from the top (SPEC.md 2.5): the row's
+    """Rows for the direct path's narrow passes from the top (SPEC.md 2.5): the row's
     largest key M (128.0) and, in turn, 2047 keys NARROW_SPAN - 1 steps below it (K placed
-    by the pass, bin 1), 2047 keys NARROW_SPAN steps below it (K in bin 0: the two passes),
-    511 keys 100 steps below it over a far background (placed at k = 512, the two passes
-    above), and 2047 keys equal to 64.0 with the row's three largest (above it) in its last
-    valid lanes (K = 64.0 and A = 3: an M that missed the last vector would lump them into
-    K's bin); one row a length, the kinds in turn, garbage past the length."""
+    by the first window, bin 1), 2047 keys NARROW_SPAN steps below it (K in the first's bin
+    0, placed by the second window, its bin 255), 511 keys 100 steps below it over a far
+    background (placed at k = 512; above it K lies in the background, past both windows:
+    the two passes), 2047 keys equal to 64.0 with the row's three largest (above it) in its
+    last valid lanes (K = 64.0 and A = 3: an M that missed the last vector would lump them
+    into K's bin; on a cluster they lie in the last CTA's chunk, so an M of CTA 0's chunk
+    alone misses them too), 2047 keys 2 NARROW_SPAN - 1 steps below M (the second window's
+    bin 1) and 2047 keys 2 NARROW_SPAN below it (the second window's bin 0: the two
+    passes); one row a length, the kinds in turn, garbage past the length."""
     top = 0x4300  # 128.0
+    below = {0: NARROW_SPAN - 1, 1: NARROW_SPAN, 4: 2 * NARROW_SPAN - 1, 5: 2 * NARROW_SPAN}
     logits = np.empty((len(lengths), width), np.uint16)
     for r, length in enumerate(lengths):
         row = bf16_bits_from_float32(rng.uniform(-4.0, 1.0, width).astype(np.float32))  # far below M
         row[length:] = _garbage(rng, width - length)
-        kind = r % 4
+        kind = r % 6
         if kind == 3:
             where = rng.choice(length - 8, size=2047, replace=False)
             row[where] = 0x4280  # 64.0
@@ -531,7 +536,7 @@ def make_top_span(rng, width, lengths):
             if kind == 2:
                 row[where[1:512]] = top - 100
             else:
-                row[where[1:]] = top - NARROW_SPAN + (1 if kind == 0 else 0)
+                row[where[1:]] = top - below[kind]
         logits[r] = row
     return logits, np.array(lengths)
 

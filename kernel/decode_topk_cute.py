@@ -58,8 +58,10 @@ l mod 8), since a crowded bin serializes the atomics on its word; the radix sele
 the 2048 samples counts into one histogram.
 
 Synchronization. The first cluster barrier is split: a thread arrives once it has zeroed
-its share of the counters and waits after staging, before any DSMEM access, so no CTA
-reduces into a peer that has not zeroed. Each histogram exchange ends with a cluster
+its share of the counters (in token mode: a sampled row once it has read its length, a
+direct row once its warp has stored its largest key, which the peers read) and waits after
+staging, before any DSMEM access, so no CTA reduces into a peer that has not zeroed. Each
+histogram exchange ends with a cluster
 barrier before any total is read. There is no closing barrier: after its last barrier no
 CTA touches a peer's shared memory. The kernel waits on its predecessor grid before
 reading inputs and lets its dependents launch once its chunk is in shared memory
@@ -138,10 +140,12 @@ HIST_COPIES = 8  # the selection's histograms: lane l counts into copy l mod 8
 # What a histogram pass counts (count_vector): the high byte of each key >= lo; the low byte
 # of each key >= lo whose high byte is `high`; key - lo, at most NARROW_SPAN (the staged
 # attempt's one pass, 2.5); NARROW_SPAN - (lo - key), at least 0, lo the row's largest key
-# (the one-CTA direct path's narrow pass from the top, 2.5).
-PASS_HIGH, PASS_LOW, PASS_NARROW, PASS_TOP = 0, 1, 2, 3
-# Histogram exchanges a row can need: 2 (sampled or direct), 3 (a fallback, then direct), 4
-# at one CTA (a fallback, then the direct path's pass from the top and its two passes).
+# (the direct path's narrow pass from the top, token mode, 2.5); the same over the keys <= lo
+# alone, lo = M - NARROW_SPAN (its second window).
+PASS_HIGH, PASS_LOW, PASS_NARROW, PASS_TOP, PASS_BELOW = 0, 1, 2, 3, 4
+# Histogram exchanges a row can need: 2 (sampled or direct), 3 (a fallback, then direct), 5
+# in token mode (a fallback, then the direct path's two windows from the top and its two
+# passes).
 EXCHANGES = 3
 # Words of the "misc" region (byte offsets): the trace's cluster-wide gt and eq counters
 # (CTA 0's), the trash word the histograms' uncounted keys add into (read by nothing), a
@@ -285,6 +289,19 @@ def peer_address(address: Int32, rank: Int32, *, loc=None, ip=None) -> Int32:
     """The cluster address of this CTA's shared address in CTA rank."""
     return Int32(_asm(T.i32(), [Int32(address), Int32(rank)], "mapa.shared::cluster.u32 $0, $1, $2;",
                       "=r,r,r", loc, ip))
+
+
+@dsl_user_op
+def cluster_load_u32(address: Int32, *, loc=None, ip=None) -> Int32:
+    """A 32-bit word at a cluster shared address (mapa: this CTA's or a peer's)."""
+    return Int32(_asm(T.i32(), [Int32(address)], "ld.shared::cluster.u32 $0, [$1];", "=r,r,~{memory}", loc, ip))
+
+
+@dsl_user_op
+def cluster_load_u32x4(address: Int32, *, loc=None, ip=None):
+    """Four 32-bit words at a 16-byte aligned cluster shared address."""
+    return _words(_asm(_u32x4(), [Int32(address)], "ld.shared::cluster.v4.u32 {$0, $1, $2, $3}, [$4];",
+                       "=r,=r,=r,=r,r,~{memory}", loc, ip), loc, ip)
 
 
 @dsl_user_op
@@ -524,11 +541,12 @@ class DecodeTopK:
         self.direct_slots = vector_count if self.block_mode else min(
             vector_count, direct_max_length(cluster, vector_count) // (LOGITS_PER_VECTOR * cluster * self.threads))
         self.write_queue = self.direct_slots > WRITE_QUEUE_VECTORS
-        # One CTA a row, token mode: the direct path first tries one pass from the row's
-        # largest key, which staging finds at the cost of a warp reduction (2.5); on a
-        # cluster it would need the peers' maxima, one more exchange and cluster barrier,
-        # and a block row's largest key is its pinned newest block's +inf.
-        self.narrow_top = cluster == 1 and not self.block_mode
+        # Token mode: the direct path over the stage first tries one pass from the row's
+        # largest key M (2.5): each warp's largest top in staging, stored in "maxima" before
+        # the first cluster barrier's arrive (which on these builds follows staging), and
+        # the row's M read over the cluster after its wait. (A block row's largest key is
+        # its pinned newest block's +inf.)
+        self.narrow_top = not self.block_mode
         # Vectors a thread loads before it stores any (4 registers each), as many as fit
         # beside the tops it keeps: 1024 threads have 64 registers a thread (4 spilled there),
         # 16 tops crowd 512 threads' 128 (8 spilled there).
@@ -554,12 +572,15 @@ class DecodeTopK:
         # the cluster barrier's arrive, 16 bytes a store. "exchange" holds three histogram
         # exchanges (2.5: a row's first selection uses 0 and 1, or 0 alone for the staged
         # attempt's one pass; the direct path after a fallback, whose attempt used only 0,
-        # uses 1 and 2), four where the direct path first makes its pass from the top (one
-        # CTA, token mode: that pass, then the two), each a 256-bin total and a 256-bin
-        # prefix of the lower ranks.
-        exchanges = EXCHANGES + (1 if self.narrow_top else 0)
+        # uses 1 and 2), five where the direct path first makes its passes from the top (token
+        # mode: its two windows, then the two), each a 256-bin total and a 256-bin
+        # prefix of the lower ranks. "maxima": each warp's largest top (the narrow pass from
+        # the top), written in staging and never again, so a peer may read it at any time
+        # after the first cluster barrier (token mode only).
+        exchanges = EXCHANGES + (2 if self.narrow_top else 0)
         regions = (("stage", stage_bytes), ("copies", 256 * HIST_COPIES * 4), ("exchange", exchanges * 2048),
-                   ("misc", MISC_BYTES), ("select", 2048), ("grid", 1024),
+                   ("misc", MISC_BYTES), ("select", 2048), ("grid", 1024)) + (
+                   (("maxima", 128),) if self.narrow_top else ()) + (
                    ("samples", SAMPLES * 2), ("queue", slots * 2)) + index_regions
         self.offsets = {}
         offset = 0
@@ -611,8 +632,10 @@ class DecodeTopK:
             if vector < self.zero_vectors:
                 shared_store_u32x4(sm["copies"] + vector * 16, [Int32(0)] * 4)
         # The first cluster barrier, split: this thread has zeroed its words (arrive has
-        # release semantics); the wait, after staging, comes before any DSMEM access.
-        if const_expr(self.cluster > 1):
+        # release semantics); the wait, after staging, comes before any DSMEM access. Where
+        # a direct row reads the peers' maxima (narrow_top), its arrive follows their store
+        # in staging instead, and a sampled row's once its length is read.
+        if const_expr(self.cluster > 1 and not self.narrow_top):
             cute.arch.cluster_arrive()
 
         cute.arch.griddepcontrol_wait()
@@ -635,6 +658,12 @@ class DecodeTopK:
         sampled = Int32(0)
         if const_expr(not self.block_mode):
             sampled = _pick((n > k) & (length > self.direct_max), 1, 0)
+        if const_expr(self.cluster > 1 and self.narrow_top):
+            # A sampled row arrives now, so its cutoff's radix select overlaps its peers'
+            # staging, as before; if it falls back, its M is read after the attempt's first
+            # exchange barrier, which the maxima store precedes (2.10).
+            if sampled == 1:
+                cute.arch.cluster_arrive()
         chunk = count
         if const_expr(self.streams):
             count = _pick(sampled == 1, 0, count)  # a streamed row stages nothing (2.12)
@@ -671,31 +700,27 @@ class DecodeTopK:
                     shared_store_u16(sm["samples"] + (r * nt + tid) * 2, key, sampled)
         if const_expr(self.narrow_top):
             # The row's largest key M for the direct path's narrow pass from the top (2.5):
-            # each warp's largest top in its own word of "grid" (a plain store: at one CTA
-            # no barrier orders the zeroing at entry before it), read after the barrier.
+            # each warp's largest top in its own word of "maxima", read by row_max after
+            # the CTA's barrier (and on a cluster, after a cluster barrier whose arrive
+            # follows this store: release, then acquire in every peer: B0 on a direct row).
             mine = tops[0]
             for s in cutlass.range_constexpr(1, len(tops)):
                 mine = cutlass.max(mine, tops[s])
             mine = cute.arch.warp_redux_sync(mine, "max")
             if lane == 0:
-                shared_store_u32(sm["grid"] + (tid >> 5) * 4, mine)
+                shared_store_u32(sm["maxima"] + (tid >> 5) * 4, mine)
+            if const_expr(self.cluster > 1):
+                if sampled == 0:
+                    cute.arch.cluster_arrive()
         cute.arch.sync_threads()
         self.stamp(trace_row, rank, tid, "staged")
-        top_key = None  # the direct path's M, at one CTA a row
-        if const_expr(self.narrow_top):
-            # (read before any thread passes another barrier, the first after which "grid"
-            # is written again)
-            top_key = Int32(-1)
-            for q in cutlass.range_constexpr(self.threads // 128):
-                for w in shared_load_u32x4(sm["grid"] + q * 16):
-                    top_key = cutlass.max(top_key, Int32(w))
         # Dependents may start once the inputs are read (2.10): for a staged row that is
         # now; a streamed row reads its row until its last write, so the streamed builds
         # leave the trigger to their CTAs' exit.
         if const_expr(not self.streams):
             cute.arch.griddepcontrol_launch_dependents()
         if const_expr(self.cluster > 1):
-            cute.arch.cluster_wait()  # every CTA has started and zeroed its counters
+            cute.arch.cluster_wait()  # every CTA has zeroed its counters (a direct row: and staged)
         self.stamp(trace_row, rank, tid, "started")
 
         # The trace (trace builds): CTA 0's thread 0 writes the short row's fields now and
@@ -738,13 +763,15 @@ class DecodeTopK:
                     else:
                         unused_under, kth, above = self.select_write(sm, tid, lane, rank, tops, Int32(0),
                                                                      sm["exchange"], start, count, length, nv,
-                                                                     out_row, trace_row, False, False, top_key)
+                                                                     out_row, trace_row, False, False,
+                                                                     self.row_max(sm, lane))
                 else:
-                    # Exchanges 0 and 1, or 1 and 2 after the attempt (whose one pass used 0).
+                    # The passes from the top in exchanges 0 and 1, then the two passes in 2
+                    # and 3; each one buffer later after the attempt (whose one pass used 0).
                     unused_under, kth, above = self.select_write(sm, tid, lane, rank, tops, Int32(0),
                                                                  sm["exchange"] + sampled * 2048, start, count,
                                                                  length, nv, out_row, trace_row, False, False,
-                                                                 top_key)
+                                                                 self.row_max(sm, lane) if self.narrow_top else None)
                 self.record(trace_row, rank, tid, "path", Int32(2))
                 self.record(trace_row, rank, tid, "kth", kth)
                 self.record(trace_row, rank, tid, "above", above)
@@ -760,6 +787,30 @@ class DecodeTopK:
             cluster_sync()
         else:
             cute.arch.sync_threads()
+
+    @cute.jit
+    def row_max(self, sm, lane):
+        """The row's largest key M, in every thread: the C x T/32 words of "maxima" (each
+        warp's largest top, every CTA's), a lane reading 1, 4 or 8 consecutive ones of one
+        CTA (through DSMEM on a cluster), and one warp reduction."""
+        warps = self.threads // 32
+        words = self.cluster * warps
+        mine = Int32(-1)
+        if const_expr(words <= 32):
+            if lane < words:
+                address = sm["maxima"] + (lane % warps) * 4
+                if const_expr(self.cluster > 1):
+                    mine = cluster_load_u32(peer_address(address, lane // warps))
+                else:
+                    mine = shared_load_u32(address)
+        else:
+            per = words // 32  # 4 or 8 words a lane, within one CTA's (warps is 16 or 32)
+            peer = (lane * per) // warps
+            for h in cutlass.range_constexpr(per // 4):
+                address = peer_address(sm["maxima"] + ((lane * per) % warps + 4 * h) * 4, peer)
+                for w in cluster_load_u32x4(address):
+                    mine = cutlass.max(mine, Int32(w))
+        return cute.arch.warp_redux_sync(mine, "max")
 
     def record(self, trace_row, rank, tid, field, value):
         """Trace builds only: CTA 0's thread 0 writes one TRACE_FIELDS field of the row."""
@@ -1008,10 +1059,12 @@ class DecodeTopK:
             ok = ok & present
             if const_expr(not everything):  # the direct path's lo is 0, below no key
                 ok = ok & _pick(key >= lo, 1, 0)
-            if const_expr(kind == PASS_TOP):
-                # (lo >= every valid key; an invalid lane's bin is never used: its add goes
-                # to the trash word)
+            if const_expr(kind == PASS_TOP or kind == PASS_BELOW):
+                # (PASS_TOP: lo >= every valid key; PASS_BELOW counts the keys <= lo alone. A
+                # lane not counted may have any bin: its add goes to the trash word)
                 bins.append(Int32(NARROW_SPAN) - cutlass.min(lo - key, Int32(NARROW_SPAN)))
+                if const_expr(kind == PASS_BELOW):
+                    ok = ok & _pick(key <= lo, 1, 0)
                 oks.append(ok)
             elif const_expr(kind == PASS_NARROW):
                 # (a key below lo, not counted, may give a negative bin: its add goes to
@@ -1238,10 +1291,11 @@ class DecodeTopK:
         attempt: the sampled attempt (lo its cutoff), else the direct path (lo = 0: every
         vector, and no queue before the write; the write's queue of 2.7 reads the tops of
         the slots a direct row fills). The staged attempt (attempt, not streamed) makes one
-        pass of key - lo instead of the two (narrow_write). top_key (the one-CTA direct
-        path over the stage): the row's largest key M, from which a narrow pass first tries
-        to place K in `buffer` (2.5), the two passes following in the next two buffers
-        only where K lies NARROW_SPAN or more steps below M.
+        pass of key - lo instead of the two (narrow_write). top_key (the direct path over
+        the stage, token mode): the row's largest key M, from which a narrow pass first tries
+        to place K in `buffer` (2.5), a second over the next NARROW_SPAN key values below
+        in the next buffer where K lies NARROW_SPAN or more steps below M, and the two
+        passes in the two after it where K lies 2 NARROW_SPAN or more below.
         streamed: a streamed row's queue of `count` vectors in the stage (2.12), whose keys
         == lo left out of it (MISC_DROPPED) count towards the underflow test, and whose
         trace counts the stream made."""
@@ -1257,13 +1311,24 @@ class DecodeTopK:
                             attempt, streamed)
             b, above, gt_base, eq_base = self.select(sm, tid, buffer, Int32(self.k), (buffer, None))
             kth = top_key - NARROW_SPAN + b
+            if b < 1:
+                # The second window (2.5): the NARROW_SPAN key values below the first's, the
+                # `above` keys of the first's bins 1-255 set aside; its prefixes take theirs
+                # (the two passes' prefix with K's "high" bin 0 of the first window).
+                below = top_key - NARROW_SPAN
+                self.first_pass(sm, tid, lane, rank, queued, below, buffer + 2048, start, length, nv, trace_row,
+                                PASS_BELOW, attempt, streamed)
+                b, above_low, gt_base, eq_base = self.select(sm, tid, buffer + 2048, self.k - above,
+                                                             (buffer, Int32(0)))
+                kth = below - NARROW_SPAN + b
+                above = above + above_low
             if b >= 1:
                 self.final_write(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
                                  trace_row, rank, everything, streamed, tops, count)
             else:
-                self.first_pass(sm, tid, lane, rank, queued, lo, buffer + 2048, start, length, nv, trace_row,
+                self.first_pass(sm, tid, lane, rank, queued, lo, buffer + 4096, start, length, nv, trace_row,
                                 PASS_HIGH, attempt, streamed)
-                status, kth, above = self.passes_write(sm, tid, lane, rank, tops, queued, lo, buffer + 2048, start,
+                status, kth, above = self.passes_write(sm, tid, lane, rank, tops, queued, lo, buffer + 4096, start,
                                                        count, length, nv, out_row, trace_row, everything, streamed)
         else:
             first_kind = PASS_HIGH

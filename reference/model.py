@@ -163,10 +163,15 @@ NARROW_GT_INCLUSIVE = _mutant("narrow_gt_base_inclusive", "the narrow pass's gt 
 NARROW_EQ_NEXT = _mutant("narrow_eq_base_next_bin", "the narrow pass's eq base read from the bin above K's")
 NARROW_SPAN_SHORT = _mutant("narrow_span_254", "the narrow pass overflows from bin 254 (K >= cutoff + 254)")
 NARROW_BIN_SHIFT = _mutant("narrow_bin_off_by_one", "the narrow pass bins key - cutoff + 1 (K one above)")
-# the one-CTA direct path's narrow pass from the row's largest key (2.5)
+# the direct path's narrow pass from the row's largest key (2.5, token mode)
 TOP_BIN0_RESOLVED = _mutant("top_bin0_resolved", "the narrow pass from the top takes K from its bin 0 (K = M - 255)")
 TOP_OFF_BY_ONE = _mutant("top_off_by_one", "the narrow pass from the top places K one step high (M - 254 + b)")
-TOP_MAX_PARTIAL = _mutant("top_max_partial", "the row's largest key M taken without the chunk's last vector")
+TOP_MAX_PARTIAL = _mutant("top_max_partial", "the row's largest key M taken without each chunk's last vector")
+TOP_MAX_LOCAL = _mutant("top_max_local", "the row's largest key M taken from CTA 0's chunk alone")
+TOP_PREFIX_NONE = _mutant("top_prefix_none", "the narrow pass from the top writes without the lower ranks' prefixes")
+BELOW_ABOVE_COUNTED = _mutant("below_above_counted", "the second window from the top counts the first's keys too")
+BELOW_NEED_K = _mutant("below_need_k", "the second window from the top selects the k-th key, not the (k - A)-th")
+BELOW_GT_SECOND_ONLY = _mutant("below_gt_second_only", "the second window's gt base omits the first window's keys")
 # the direct path's write queue (2.7)
 WRITE_QUEUE_ABOVE = _mutant("write_queue_above", "the direct write queues the vectors of top > K (not >=)")
 WRITE_QUEUE_PASS1 = _mutant("write_queue_from_pass1",
@@ -302,12 +307,14 @@ def _queue(top, start, nl, T, V, cutoff, mutant, queue):
 def _pass(ekey, ecnt, W, start, queue, qlen, T, lo, high, mutant, copies, hist):
     """One histogram pass of a CTA over its queue: entry x is unpacked by thread x mod T
     (round x // T), which counts into copy (lane mod 8). Keys below lo are not counted
-    (but for high == -3, whose lo is the row's largest key)
+    (but for high == -3 and -4, whose lo is the row's largest key or the top of the window
+    below it)
     (lo: the sampled cutoff, 0 on the direct path); high == -1: the high byte of every key;
     high == -2 (the staged attempt's narrow pass, 2.5): key - lo, the keys NARROW_SPAN or
-    more above lo all in the last bin; high == -3 (the one-CTA direct path's narrow pass
-    from the top, lo the row's largest key M): NARROW_SPAN - (M - key), the keys NARROW_SPAN
-    or more below M all in bin 0; else the low byte of the keys whose high byte is high.
+    more above lo all in the last bin; high == -3 (the direct path's narrow pass from
+    the top, lo the row's largest key M): NARROW_SPAN - (M - key), the keys NARROW_SPAN
+    or more below M all in bin 0; high == -4 (its second window, lo = M - NARROW_SPAN): the
+    same over the keys <= lo alone; else the low byte of the keys whose high byte is high.
     hist = the sum of the copies."""
     copies[:, :] = 0
     for x in range(qlen):
@@ -318,10 +325,12 @@ def _pass(ekey, ecnt, W, start, queue, qlen, T, lo, high, mutant, copies, hist):
         g = start + queue[x]
         for e in range(ecnt[g]):
             kk = ekey[g * W + e]
-            if kk < lo and high != -3 and mutant != PASS_CUTOFF_IGNORED:  # (-3: lo is M, every key counts)
+            if kk < lo and high > -3 and mutant != PASS_CUTOFF_IGNORED:  # (-3, -4: keys below lo count)
                 continue
-            if high == -3:  # the narrow pass from the top: lo is M
-                d = max(lo - kk, 0)  # (kk > M: only a mutant gets here)
+            if high == -4 and kk > lo and mutant != BELOW_ABOVE_COUNTED:
+                continue  # the second window from the top: the keys above lo were the first's
+            if high <= -3:  # the narrow pass from the top: lo is M (or M - NARROW_SPAN)
+                d = max(lo - kk, 0)  # (kk > lo: only a mutant gets here)
                 copies[cp, NARROW_SPAN - min(d, NARROW_SPAN)] += 1
             elif high == -2:
                 d = max(kk - lo, 0)  # (kk < lo: only a mutant counts it)
@@ -575,6 +584,17 @@ def _selection(ekey, ecnt, W, top, nv, k, block, C, T, V, U, lo, slot, mutant, o
 
 
 @njit(cache=True)
+def _narrow_bases(prefix1, c, b, mutant):
+    """(gt_base, eq_base) of CTA c after a one-pass selection (2.5: the staged attempt's
+    narrow pass, the first window from the top), K in bin b: the keys of the bins above it
+    and of its own in the CTAs before c."""
+    gt_base = 0
+    for j in range(b if mutant == NARROW_GT_INCLUSIVE else b + 1, 256):
+        gt_base += prefix1[c, j]
+    return gt_base, prefix1[c, min(b + 1, 255) if mutant == NARROW_EQ_NEXT else b]
+
+
+@njit(cache=True)
 def _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, local, total,
             prefix1, copies, cg, ce):
     """The staged attempt's selection in one pass (2.5): each CTA's histogram of key - lo
@@ -603,38 +623,67 @@ def _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue,
     wild = 0
     for c in range(C):
         start, end = _chunk(c, nv, C, mutant)
-        gt_base = 0
-        for j in range(b if mutant == NARROW_GT_INCLUSIVE else b + 1, 256):
-            gt_base += prefix1[c, j]
-        eq_base = prefix1[c, min(b + 1, 255) if mutant == NARROW_EQ_NEXT else b]
+        gt_base, eq_base = _narrow_bases(prefix1, c, b, mutant)
         wild += _write_cta(ekey, ecnt, W, start, queue[c], qlens[c], T, K, A, k, gt_base, eq_base, total[b],
                            mutant, out, cg, ce, block)
     return 0, wild
 
 
 @njit(cache=True)
-def _narrow_top(ekey, ecnt, W, top, nv, k, block, T, V, mutant, out, tr, queue, qlens, local, total, prefix1,
-                copies, cg, ce, direct):
-    """The one-CTA direct path's narrow pass from the top (2.5): M the row's largest key
-    (the largest top), a histogram of NARROW_SPAN - min(M - key, NARROW_SPAN) over every
-    key of the chunk (queue[0]), K's bin b; b >= 1: K = M - NARROW_SPAN + b exactly and the
-    CTA writes its keys (2.7, with the direct write's queue); b = 0 (K at least NARROW_SPAN
-    steps below M): nothing written, and the row's two passes follow. Returns (placed,
-    wild)."""
-    last = nv - 1 if mutant == TOP_MAX_PARTIAL and nv > 1 else nv
+def _narrow_top(ekey, ecnt, W, top, nv, k, block, C, T, V, slot, mutant, out, tr, queue, qlens, local, total,
+                total2, prefix1, prefix2, copies, cg, ce, direct):
+    """The direct path's narrow pass from the top (2.5): M the row's largest key (the
+    largest top of the whole row, every CTA's chunk), each CTA's histogram of NARROW_SPAN -
+    min(M - key, NARROW_SPAN) over every key of its chunk (queue[c]), the exchange, K's bin
+    b; b >= 1: K = M - NARROW_SPAN + b exactly and each CTA writes its keys (2.7, with the
+    direct write's queue) from the prefixes of that one pass; b = 0 (K at least NARROW_SPAN
+    steps below M): a second window over the keys <= M - NARROW_SPAN (the A keys above set
+    aside), which places K the same way where its bin b2 >= 1; else nothing written, and
+    the row's two passes follow. Returns (placed, wild)."""
     M = -1
-    for g in range(last):
-        M = max(M, top[g])
-    _pass(ekey, ecnt, W, 0, queue[0], qlens[0], T, M, -3, mutant, copies, local[0])
-    _exchange(local, 1, 0, mutant, total, prefix1)
+    for c in range(C):
+        start, end = _chunk(c, nv, C, mutant)
+        if mutant == TOP_MAX_PARTIAL and end - start > 1:
+            end -= 1  # each chunk's last vector missed
+        if mutant == TOP_MAX_LOCAL and c > 0:
+            break  # CTA 0's chunk alone
+        for g in range(start, end):
+            M = max(M, top[g])
+    for c in range(C):
+        start, end = _chunk(c, nv, C, mutant)
+        _pass(ekey, ecnt, W, start, queue[c], qlens[c], T, M, -3, mutant, copies, local[c])
+    _exchange(local, C, slot, mutant, total, prefix1)
     b, A = _select_bin(total, k, mutant)
-    if b < 1 and mutant != TOP_BIN0_RESOLVED:
-        return False, 0
     K = M - NARROW_SPAN + b + (1 if mutant == TOP_OFF_BY_ONE else 0)
+    b2 = -1  # K's bin in the second window, where the first could not place K
+    if b < 1 and mutant != TOP_BIN0_RESOLVED:
+        # The second window: the NARROW_SPAN key values below the first's, the A keys of
+        # the first's bins 1-255 set aside.
+        top2 = M - NARROW_SPAN
+        for c in range(C):
+            start, end = _chunk(c, nv, C, mutant)
+            _pass(ekey, ecnt, W, start, queue[c], qlens[c], T, top2, -4, mutant, copies, local[c])
+        _exchange(local, C, slot, mutant, total2, prefix2)
+        b2, A2 = _select_bin(total2, k if mutant == BELOW_NEED_K else k - A, mutant)
+        if b2 < 1:
+            return False, 0
+        K = top2 - NARROW_SPAN + b2
+        A += A2
     tr[6] = K
     tr[7] = A
-    return True, _direct_write(ekey, ecnt, W, top, 0, nv, T, V, K, A, k, 0, 0, total[b], direct, -1, mutant, out,
-                               queue[0], qlens[0], cg, ce, block)
+    wild = 0
+    for c in range(C):
+        start, end = _chunk(c, nv, C, mutant)
+        if b2 >= 1:  # the two passes' bases, the first window's bin 0 as K's "high byte"
+            gt_base, eq_base = _bases(prefix1, prefix2, c, 255 if mutant == BELOW_GT_SECOND_ONLY else 0, b2,
+                                      mutant)
+            eq_total = total2[b2]
+        else:
+            gt_base, eq_base = (0, 0) if mutant == TOP_PREFIX_NONE else _narrow_bases(prefix1, c, b, mutant)
+            eq_total = total[b]
+        wild += _direct_write(ekey, ecnt, W, top, start, end, T, V, K, A, k, gt_base, eq_base, eq_total, direct, -1,
+                              mutant, out, queue[c], qlens[c], cg, ce, block)
+    return True, wild
 
 
 @njit(cache=True)
@@ -658,9 +707,9 @@ def _select(ekey, ecnt, W, top, nv, k, block, C, T, V, lo, slot, mutant, out, tr
         tr[5] = E
         return _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, local, total,
                        prefix1, copies, cg, ce)
-    if direct > 0 and C == 1 and not block:  # one CTA, token mode: the narrow pass from the top first
-        placed, wild = _narrow_top(ekey, ecnt, W, top, nv, k, block, T, V, mutant, out, tr, queue, qlens, local,
-                                   total, prefix1, copies, cg, ce, direct)
+    if direct > 0 and not block:  # token mode, over the stage: the narrow pass from the top first
+        placed, wild = _narrow_top(ekey, ecnt, W, top, nv, k, block, C, T, V, slot, mutant, out, tr, queue, qlens,
+                                   local, total, total2, prefix1, prefix2, copies, cg, ce, direct)
         if placed:
             return 0, wild
     return _selection(ekey, ecnt, W, top, nv, k, block, C, T, V, 0, lo, slot, mutant, out, tr, queue, qlens,
