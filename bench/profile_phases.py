@@ -102,8 +102,8 @@ CONFIGS = {
 CONFIGS["s14"] = CONFIGS["s13"] + [
     (32, 32768, 512, False, (2, 8), {}), (64, 32768, 2048, False, (2, 8), {"data": "gaussian"}),
     (128, 8192, 512, False, (1, 8), {}), (128, 32768, 2048, False, (1, 8), {})]
-# Session 15 (docs/wip/cluster-top.patch, landed in session 16): the windows from the top on the clusters, and the
-# second window on the Gaussian rows whose K lies 255-510 steps below M.
+# Session 15 (docs/wip/cluster-top.patch, landed in session 16): the windows from the top on
+# the clusters, and the second window on the Gaussian rows whose K lies 255-510 steps below M.
 CONFIGS["s15"] = CONFIGS["s14"] + [
     (8, 8192, 2048, False, (2, 8), {"data": "gaussian"}), (128, 8192, 2048, False, (1, 8), {"data": "gaussian"}),
     (1, 32768, 512, False, (8, 8), {}), (8, 32768, 2048, False, (8, 8), {"data": "gaussian"})]
