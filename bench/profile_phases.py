@@ -3,7 +3,7 @@
     source .dsl/b/install.sh && python bench/profile_phases.py [SET ...]
 
 SETS: cluster (the default), one-cta, one-cta-1024, targets, q-min, cluster-direct, two-cta,
-micro, s13, s14, s15; --time also times each configuration's profile build
+micro, s13, s14, s15, s16; --time also times each configuration's profile build
 (CONFIGS below).
 
 Needs the DSL on the GPU machine (the profile build is not in the AOT library). Data:
@@ -108,6 +108,14 @@ CONFIGS["s15"] = CONFIGS["s14"] + [
     (8, 8192, 2048, False, (2, 8), {"data": "gaussian"}), (128, 8192, 2048, False, (1, 8), {"data": "gaussian"}),
     (1, 32768, 512, False, (8, 8), {}), (8, 32768, 2048, False, (8, 8), {"data": "gaussian"})]
 
+# Session 16: the rows of 8,192 that lose to sglang_v2 (and one of 32,768), with the stamps
+# top, selected and swept that split the direct path's selection and write.
+CONFIGS["s16"] = [(1, 8192, 512, False, (2, 8), {}), (1, 8192, 512, False, (2, 8), {"data": "gaussian"}),
+                  (1, 8192, 2048, False, (2, 8), {"data": "gaussian"}),
+                  (64, 8192, 512, False, (2, 8), {"data": "gaussian"}),
+                  (128, 8192, 2048, False, (1, 8), {"data": "gaussian"}), (128, 8192, 512, False, (1, 8), {}),
+                  (32, 32768, 2048, False, (2, 8), {}), (1, 8192, 2048, False, (2, 4), {"data": "gaussian"})]
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -125,6 +133,19 @@ def main(argv=None):
     for name in args.sets:
         for config in CONFIGS[name]:
             profile(*config, timer=timer)
+
+
+# Session 17: s16's points, rows that fill their slots (2x512x16, 1x512x16, 4x1024x8, the
+# streamed 2x512x4), a sampled row and a block row (an A/B of staging's first load batch
+# issued before the length read, measured and dropped: bench/NOTES.md session 17), and rows
+# of 8,192 on one CTA of 1024 threads (threads overridden; no such build).
+CONFIGS["s17"] = CONFIGS["s16"] + [
+    (1, 131072, 2048, False, (8, 8), {}), (64, 131072, 2048, False, (2, 16), {}),
+    (128, 65536, 512, False, (1, 16), {}), (16, 131072, 2048, False, (4, 8), {}),
+    (64, 262144, 512, False, (2, 4), {}), (1, 1048576, 2048, True, (16, 16), {})] + [
+    (rows, 8192, k, False, (1, 8), dict(over, threads=1024))
+    for rows, k, over in ((1, 512, {}), (1, 2048, {"data": "gaussian"}), (64, 512, {"data": "gaussian"}),
+                          (128, 2048, {"data": "gaussian"}))]
 
 
 def profile(rows, width, k, block_mode, build, overrides, timer=None):

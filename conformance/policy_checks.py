@@ -34,14 +34,15 @@ EDGE_STAGE = 16384  # 1x512x4's stage (SPEC 2.12): its block rows' capacity and 
 EDGE_STAGE_2 = 32768  # 2x512x4's stage: the same for it
 # The streamed builds (SPEC 2.1, 2.12): their names, (token, block) capacities and D.
 STREAMED = {"1x512x4": ((EDGE_MAX, EDGE_STAGE), EDGE_STAGE), "2x512x4": ((EDGE_MAX, EDGE_STAGE_2), EDGE_STAGE_2)}
-# The stream rule (SPEC 2.1, 2.12): token batches wider than EDGE_1 logits stream past the
-# resident 2x512x16 clusters up to STREAM_WIDTH logits, from STREAM_ROWS rows past it, and
-# past the 16-CTA build's two waves; they take 1x512x4 past the resident 2x512x4 clusters
-# up to EDGE_8 logits, else 2x512x4. Measured on the H200 (kernel/policy.py's STREAM_ROWS,
-# STREAM_WIDTH and STREAM_1_WIDTH): when they change there, change these with them; the
-# edge table follows them.
+# The stream rule (SPEC 2.1, 2.12): token batches wider than EDGE_1 logits stream past
+# WAVES_2 waves of the resident 2x512x16 clusters up to STREAM_WIDTH logits, from
+# STREAM_ROWS rows past it, and past the 16-CTA build's two waves; they take 1x512x4 past
+# the resident 2x512x4 clusters up to EDGE_8 logits, else 2x512x4. Measured on the H200 (kernel/policy.py's STREAM_ROWS,
+# STREAM_WIDTH, STREAM_1_WIDTH and WAVES_2): when they change there, change these with
+# them; the edge table follows them.
 STREAM_ROWS = 32
 STREAM_WIDTH = EDGE_2
+WAVES_2 = 5
 # SPEC 2.12's constants of the streamed builds (change them with SPEC 2.12).
 SPEC_2_12 = {"STREAM_QUEUE": 8192, "STREAM_TILE": 4, "STREAM_DEPTH": 3, "STREAM_VECTORS": 4}
 
@@ -68,12 +69,12 @@ def _resident_table(small, large16, four=None, two=None, two16=None, stream2=Non
 
 def expected_streams(rows, width, resident, block_mode=False):
     """SPEC 2.1's stream rule: token rows wider than EDGE_1, and up to STREAM_WIDTH more
-    rows than 2x512x16 keeps resident; past it STREAM_ROWS rows or more, or rows past the
-    16-CTA build's two waves (wider than 8x512x16 holds)."""
+    rows than WAVES_2 waves of the resident 2x512x16 clusters hold; past it STREAM_ROWS rows
+    or more, or rows past the 16-CTA build's two waves (wider than 8x512x16 holds)."""
     if block_mode or width <= EDGE_1:
         return False
     if width <= STREAM_WIDTH:
-        return rows > resident(policy.Build(2, 512, 16))
+        return rows > WAVES_2 * resident(policy.Build(2, 512, 16))
     return rows >= STREAM_ROWS or (width > EDGE_16 and rows > 2 * resident(policy.Build(16, 512, 16)))
 
 
@@ -94,6 +95,8 @@ def expected_build(rows, width, resident, block_mode=False):
             return "2x512x8"
         if rows <= resident(policy.Build(8, 512, 8)):
             return "8x512x8"
+        if width > EDGE_1_8 and rows <= resident(policy.Build(4, 1024, 8)):
+            return "4x1024x8"
         if width <= EDGE_1:
             if two_fits:
                 return "2x512x8"
@@ -133,7 +136,8 @@ def _edge_problems(p):
         resident = _resident_table(small, large16, four, two, two16, stream2)
         four, two, two16, stream2 = four or small, two or small, two16 or two or small, stream2 or two or small
         row_counts = sorted({1, small - 1, small, small + 1, four - 1, four, four + 1, two - 1, two, two + 1,
-                             two16 - 1, two16, two16 + 1, stream2 - 1, stream2, stream2 + 1, 2 * large16,
+                             two16 - 1, two16, two16 + 1, WAVES_2 * two16 - 1, WAVES_2 * two16,
+                             WAVES_2 * two16 + 1, stream2 - 1, stream2, stream2 + 1, 2 * large16,
                              2 * large16 + 1, STREAM_ROWS - 1, STREAM_ROWS, STREAM_ROWS + 1} - {0})
         for width in widths:
             for block_mode in (False, True):
@@ -220,7 +224,8 @@ def _edge_problems(p):
 # ---------------------------------------------------------------------------------------
 def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width_16=lambda w, c: w <= c,
                  width_1=lambda w, c: w <= c, many=lambda r, n: r > n, width_2=lambda w, c: w <= c,
-                 rows_2=lambda r, n: r <= n, first_2=lambda w, c: w <= c, two_vectors=8):
+                 rows_2=lambda r, n: r <= n, first_2=lambda w, c: w <= c, two_vectors=8,
+                 width_4=lambda w, c: w > c, rows_4=lambda r, n: r <= n):
     def cluster_for(rows, width, resident):
         policy.check_width(width)
         if width_8(width, policy.Build.of(8, 8).capacity):
@@ -229,6 +234,8 @@ def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width
                 return 2
             if rows_ok(rows, resident(policy.Build.of(8, 8))):
                 return 8
+            if width_4(width, policy.direct_max_length(2)) and rows_4(rows, resident(policy.Build.of(4, 8))):
+                return 4
             if width_1(width, policy.Build.of(1, 16).capacity):
                 if two:
                     return 2
@@ -256,7 +263,7 @@ def _streams_for(modes=lambda block_mode: not block_mode, low=lambda w, c: w > c
         if not modes(block_mode) or not low(width, policy.Build.of(1, 16).stage):
             return False
         if not wide(width, policy.STREAM_WIDTH):
-            return waves_2(rows, resident(policy.Build.of(*two_build)))
+            return waves_2(rows, policy.WAVES_2 * resident(policy.Build.of(*two_build)))
         if many(rows, policy.STREAM_ROWS):
             return True
         return (width > policy.Build.of(8, 16).stage
@@ -330,6 +337,17 @@ POLICY_MUTANTS = {
     "two_cta_first_never": ("8 CTAs before 2 at every width", lambda: _cluster_for(first_2=lambda w, c: False)),
     "two_cta_resident_16": ("the 2-CTA rule asks 2x512x16's residency at every width",
                             lambda: _cluster_for(two_vectors=16)),
+    "four_cta_never": ("no 4x1024x8 past 32,768 logits while its clusters are resident (the rule before session 16)",
+                       lambda: _cluster_for(rows_4=lambda r, n: False)),
+    "four_cta_past_resident": ("4x1024x8 for rows = its resident clusters + 1",
+                               lambda: _cluster_for(rows_4=lambda r, n: r <= n + 1)),
+    "four_cta_strict": ("4x1024x8 only while rows < its resident clusters",
+                        lambda: _cluster_for(rows_4=lambda r, n: r < n)),
+    "four_cta_from_32768": ("the 4-CTA rule from 32,768 logits (width >= the 2-CTA direct length)",
+                            lambda: _cluster_for(width_4=lambda w, c: w >= c)),
+    "four_cta_any_width": ("the 4-CTA rule at every width", lambda: _cluster_for(width_4=lambda w, c: True)),
+    "four_cta_past_65536": ("the 4-CTA rule only past 65,536 logits",
+                            lambda: _cluster_for(width_4=lambda w, c: w > policy.Build.of(1, 16).capacity)),
     "width_16_past": ("8x512x16 takes width 524289", lambda: _cluster_for(width_16=lambda w, c: w <= c + 1)),
     "waves_three": ("the 16-CTA build takes three waves", lambda: _max_rows(waves=3)),
     "waves_one": ("the 16-CTA build takes one wave", lambda: _max_rows(waves=1)),
@@ -389,10 +407,14 @@ POLICY_MUTANTS = {
                                  lambda: _streams_for(wide=lambda w, c: w > policy.Build.of(1, 16).stage)),
     "stream_width_inclusive": ("STREAM_ROWS rows of STREAM_WIDTH logits stream (width >= STREAM_WIDTH)",
                                lambda: _streams_for(wide=lambda w, c: w >= c)),
-    "stream_waves_2_at": ("rows up to STREAM_WIDTH stream at the resident 2x512x16 clusters (not one more)",
+    "stream_waves_2_at": ("rows up to STREAM_WIDTH stream at WAVES_2 waves of 2x512x16 (not one row more)",
                           lambda: _streams_for(waves_2=lambda r, n: r >= n)),
     "stream_waves_2_never": ("rows up to STREAM_WIDTH never stream (2x512x16 in waves)",
                              lambda: _streams_for(waves_2=lambda r, n: False)),
+    "stream_waves_2_one": ("rows up to STREAM_WIDTH stream past one wave of 2x512x16 (the rule before session 16)",
+                           lambda: {"WAVES_2": 1}),
+    "stream_waves_2_four": ("rows up to STREAM_WIDTH stream past four waves of 2x512x16", lambda: {"WAVES_2": 4}),
+    "stream_waves_2_six": ("rows up to STREAM_WIDTH stream past six waves of 2x512x16", lambda: {"WAVES_2": 6}),
     "stream_waves_2_resident_8": ("the rule up to STREAM_WIDTH asks 2x512x8's residency, not 2x512x16's",
                                   lambda: _streams_for(two_build=(2, 8))),
     "stream_waves_never": ("token rows past the 16-CTA build's two waves stay on it",

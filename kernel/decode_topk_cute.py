@@ -61,11 +61,10 @@ Synchronization. The first cluster barrier is split: a thread arrives once it ha
 its share of the counters (in token mode: a sampled row once it has read its length, a
 direct row once its warp has stored its largest key, which the peers read) and waits after
 staging, before any DSMEM access, so no CTA reduces into a peer that has not zeroed. Each
-histogram exchange ends with a cluster
-barrier before any total is read. There is no closing barrier: after its last barrier no
-CTA touches a peer's shared memory. The kernel waits on its predecessor grid before
-reading inputs and lets its dependents launch once its chunk is in shared memory
-(programmatic dependent launch).
+histogram exchange ends with a cluster barrier before any total is read. There is no
+closing barrier: after its last barrier no CTA touches a peer's shared memory. The kernel
+waits on its predecessor grid before reading inputs and lets its dependents launch once
+its chunk is in shared memory (programmatic dependent launch).
 
 SPEC.md (part 2) fixes every constant of the algorithm; reference/model.py simulates it
 CTA by CTA, and the trace variant of this kernel (trace=True) reports per row what the
@@ -764,7 +763,8 @@ class DecodeTopK:
                         unused_under, kth, above = self.select_write(sm, tid, lane, rank, tops, Int32(0),
                                                                      sm["exchange"], start, count, length, nv,
                                                                      out_row, trace_row, False, False,
-                                                                     self.row_max(sm, lane))
+                                                                     self.row_max(sm, lane) if self.narrow_top
+                                                                     else None)
                 else:
                     # The passes from the top in exchanges 0 and 1, then the two passes in 2
                     # and 3; each one buffer later after the attempt (whose one pass used 0).
@@ -1197,7 +1197,8 @@ class DecodeTopK:
 
     @cute.jit
     def write_ranked(self, sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
-                     everything: cutlass.Constexpr, streamed: cutlass.Constexpr = False, queue_first=None):
+                     trace_row, rank, everything: cutlass.Constexpr, streamed: cutlass.Constexpr = False,
+                     queue_first=None):
         """Write this CTA's selected keys at their canonical slots (SPEC.md 1.4, 2.7): a key
         > K goes to out[gtb + min(eqb, k - A)], a key == K with eqb < k - A to out[gtb +
         eqb], gtb / eqb the row's keys > K / == K at lower indices. Round r of the queue
@@ -1239,6 +1240,7 @@ class DecodeTopK:
             if entry < queued:
                 shared_store_u32x2(sm["stage"] + i * 16, flags, inclusive - counts)
         cute.arch.sync_threads()
+        self.stamp(trace_row, rank, tid, "swept")
         before, unused = self.grid_bases(sm, lane, warp, self.grid_rounds)
         per_vector = 1 if self.block_mode else 8
         for first in cutlass.range(0, queued, self.threads):
@@ -1307,6 +1309,7 @@ class DecodeTopK:
             self.stamp(trace_row, rank, tid, "queued")
         status = Int32(0)
         if const_expr(top_key is not None):
+            self.stamp(trace_row, rank, tid, "top")  # M read (after B0's wait on a cluster)
             self.first_pass(sm, tid, lane, rank, queued, top_key, buffer, start, length, nv, trace_row, PASS_TOP,
                             attempt, streamed)
             b, above, gt_base, eq_base = self.select(sm, tid, buffer, Int32(self.k), (buffer, None))
@@ -1405,8 +1408,10 @@ class DecodeTopK:
     def final_write(self, sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
                     trace_row, rank, everything: cutlass.Constexpr, streamed: cutlass.Constexpr, tops=None,
                     count=None):
-        """The CTA's ranked write once K and A are known (2.7), and the "placed" stamp;
-        tops and count (the chunk's vectors) serve the direct path's write queue."""
+        """The CTA's ranked write once K and A are known (2.7), and the "selected" and
+        "placed" stamps; tops and count (the chunk's vectors) serve the direct path's write
+        queue."""
+        self.stamp(trace_row, rank, tid, "selected")
         if const_expr(everything and not streamed and self.write_queue):
             # The direct path's write over the vectors that can hold a key >= K, where
             # the chunk holds more than WRITE_QUEUE_VECTORS vectors a thread and no more
@@ -1418,10 +1423,10 @@ class DecodeTopK:
             if queue_first == 1:
                 queued = self.queue_vectors(sm, tid, lane, tops[:self.direct_slots], kth)
             self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
-                              everything, streamed, queue_first)
+                              trace_row, rank, everything, streamed, queue_first)
         else:
             self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
-                              everything, streamed)
+                              trace_row, rank, everything, streamed)
         if const_expr(self.profile):
             cute.arch.sync_threads()  # "placed" means the whole CTA has placed its keys
         self.stamp(trace_row, rank, tid, "placed")

@@ -47,8 +47,8 @@ KEY_POS_INF = 0xFF80  # order_key(+inf): the pinned newest block
 KEY_NEG_INF = 0x007F  # order_key(-inf): a block written as -1
 TRACE_FIELDS = ("path", "reason", "q", "cutoff", "gt", "eq", "kth", "above")
 # The profile build appends, per row, CTA 0's %clock at these points (bench/, not a contract).
-PROFILE_STAMPS = ("start", "inputs", "staged", "started", "cutoff", "queued", "pass1", "exchange1", "pass2",
-                  "exchange2", "placed", "end")
+PROFILE_STAMPS = ("start", "inputs", "staged", "started", "cutoff", "queued", "top", "pass1", "exchange1", "pass2",
+                  "exchange2", "selected", "swept", "placed", "end")
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,11 +219,11 @@ def direct_max_length(cluster, vectors=None):
 
 def cluster_for(rows, width, resident):
     """CTAs a row: up to 262,144 logits, 2 up to 8,192 logits while every row's 2-CTA
-    cluster is resident at once, else 8 while every row's 8-CTA cluster is; else, up to
-    65,536 logits, 2 while every row's 2-CTA cluster is resident, else 1 when the rows
-    outnumber the resident 4-CTA clusters, else 4; else 2 up to 131,072 logits (in waves
-    past the resident 2-CTA clusters), else 4; 8 up to 524,288 and 16 up to 1,048,576
-    logits, whatever the rows."""
+    cluster is resident at once, else 8 while every row's 8-CTA cluster is; else 4 past
+    32,768 logits while every row's 4-CTA cluster is; else, up to 65,536 logits, 2 while
+    every row's 2-CTA cluster is resident, else 1 when the rows outnumber the resident
+    4-CTA clusters, else 4; else 2 up to 131,072 logits (in waves past the resident 2-CTA
+    clusters), else 4; 8 up to 524,288 and 16 up to 1,048,576 logits, whatever the rows."""
     check_width(width)
     if width <= Build.of(8, 8).capacity:
         def two():  # asked only where its answer decides (under the JIT a query compiles the build)
@@ -232,6 +232,11 @@ def cluster_for(rows, width, resident):
             return 2
         if rows <= resident(Build.of(8, 8)):
             return 8
+        # Past the 2-CTA builds' direct rows, 4x1024x8 while every row's cluster is resident:
+        # one wave of twice the CTAs of a 2-CTA one, its rows direct up to 65,536 logits
+        # (SPEC.md 2.1; 16-28 x 131072 9-25% faster than on 2x512x16).
+        if width > direct_max_length(2) and rows <= resident(Build.of(4, 8)):
+            return 4
         if width <= Build.of(1, 16).capacity:
             if two():
                 return 2
@@ -245,9 +250,9 @@ def cluster_for(rows, width, resident):
 
 
 # Where token batches stream (SPEC.md 2.1, 2.12; measured on the H200, bench/NOTES.md
-# sessions 9 and 10): STREAM_ROWS rows or more wider than STREAM_WIDTH logits, rows wider
-# than 65,536 logits past the resident 2x512x16 clusters (which would run in waves), and
-# rows past the 16-CTA build's WAVES_16 waves. They take 1x512x4 when 2x512x4's clusters
+# sessions 9, 10 and 16): STREAM_ROWS rows or more wider than STREAM_WIDTH logits, rows
+# wider than 65,536 logits past WAVES_2 waves of the resident 2x512x16 clusters, and rows
+# past the 16-CTA build's WAVES_16 waves. They take 1x512x4 when 2x512x4's clusters
 # would run in waves and the rows are at most STREAM_1_WIDTH logits wide, else 2x512x4
 # (past it one CTA's queue of STREAM_QUEUE vectors overflows on crowded rows: about 1 in
 # 256 at 524,288 logits, rho 0.999, k = 2048, and 8% of 1,048,576-logit rows at k = 2048;
@@ -255,18 +260,21 @@ def cluster_for(rows, width, resident):
 STREAM_ROWS = 32
 STREAM_WIDTH = 131072
 STREAM_1_WIDTH = 262144
+# Up to STREAM_WIDTH, 2x512x16 in waves beat one wave of 1x512x4 at 96-288 rows (up to 25%,
+# rho 0.999 k512 excepted) and tied it at 384-512 (session 16): five waves, then the stream.
+WAVES_2 = 5
 
 
 def streams_for(rows, width, resident, block_mode=False):
     """Whether rows x width takes a streamed build (SPEC.md 2.1): token mode only, rows
     wider than 65,536 logits, and STREAM_ROWS rows or more past STREAM_WIDTH logits, or
-    more rows than 2x512x16 keeps resident up to it, or rows past the 16-CTA build's
-    WAVES_16 waves. (resident is asked only where its answer decides: under the JIT a
+    more rows than WAVES_2 waves of 2x512x16 hold up to it, or rows past the 16-CTA
+    build's WAVES_16 waves. (resident is asked only where its answer decides: under the JIT a
     query compiles the build.)"""
     if block_mode or width <= Build.of(1, 16).stage:
         return False
     if width <= STREAM_WIDTH:
-        return rows > resident(Build.of(2, 16))
+        return rows > WAVES_2 * resident(Build.of(2, 16))
     if rows >= STREAM_ROWS:
         return True
     return width > Build.of(8, 16).stage and rows > WAVES_16 * resident(Build.of(16, 16))
@@ -303,14 +311,15 @@ def precompile_builds(max_width):
     """The builds build_for picks at any width up to max_width for any row count, in
     either mode: each build's widest row (capped at max_width) and the first width past
     65,536 and past STREAM_WIDTH logits, at 1, 2 and STREAM_ROWS rows, with one cluster
-    of every build resident, with two of one build, or STREAM_ROWS of every build (so
-    8x512x8, the 2-CTA builds, 4x1024x8, the 1-CTA builds and both streamed builds all
-    appear where a width reaches them)."""
+    of every build resident, with two or STREAM_ROWS of one build, or STREAM_ROWS of every
+    build (so 8x512x8, the 2-CTA builds, 4x1024x8, the 1-CTA builds and both streamed
+    builds all appear where a width reaches them)."""
     check_width(max_width)
     widths = {min(max_width, w) for w in
               {build.stage for build in BUILDS} | {Build.of(1, 16).stage + 1, STREAM_WIDTH + 1}}
     tables = ([lambda build: 1, lambda build: STREAM_ROWS] +
-              [lambda build, two=two: 2 if build == two else 1 for two in BUILDS])
+              [lambda build, one=one, many=many: many if build == one else 1
+               for one in BUILDS for many in (2, STREAM_ROWS)])
     return sorted({build_for(rows, width, resident, block_mode) for width in widths for rows in (1, 2, STREAM_ROWS)
                    for resident in tables for block_mode in (False, True)})
 

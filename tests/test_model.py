@@ -116,10 +116,11 @@ def test_policy_chooses_the_build():
     rng = np.random.default_rng(4)
     logits = rng.integers(0, 0x7F00, size=(3, 40000), dtype=np.uint16)
     lengths = np.array([40000, 39999, 33000], np.int32)
-    # 3 rows: 8x512x8 while 3 clusters fit; else 2x512x8 (40000 logits) while 3 of its
-    # clusters do; else a 1-CTA build (1x512x16) once the rows outnumber the resident 4-CTA
-    # clusters, else 4x1024x8.
-    for resident, build in ((lambda b: 3, (8, 512, 8)), (lambda b: 2 if b.cluster == 8 else 3, (2, 512, 8)),
+    # 3 rows: 8x512x8 while 3 clusters fit; else (40000 logits, past the 2-CTA direct
+    # length) 4x1024x8 while 3 of its clusters do; else 2x512x8 while 3 of its clusters do;
+    # else a 1-CTA build (1x512x16), the rows outnumbering the resident 4-CTA clusters.
+    for resident, build in ((lambda b: 3, (8, 512, 8)), (lambda b: 2 if b.cluster == 8 else 3, (4, 1024, 8)),
+                            (lambda b: 3 if b.cluster == 2 else 2, (2, 512, 8)),
                             (lambda b: 2, (1, 512, 16)), (lambda b: 3 if b.cluster == 4 else 2, (4, 1024, 8))):
         assert resolve_build(3, 40000, resident=resident) == build
         got = simulate(logits, lengths, 512, False, resident=resident)
@@ -133,14 +134,16 @@ def test_policy_chooses_the_build():
     with pytest.raises(ValueError, match="rows"):
         resolve_build(5, 600000, resident=lambda b: 2, block_mode=True)
     # STREAM_ROWS rows wider than STREAM_WIDTH stream in token mode only: on 2x512x4 while
-    # its clusters are resident, else on 1x512x4; up to STREAM_WIDTH, rows past the
-    # resident 2x512x16 clusters stream
+    # its clusters are resident, else on 1x512x4; up to STREAM_WIDTH, rows past WAVES_2
+    # waves of the resident 2x512x16 clusters stream
     wide = policy.STREAM_WIDTH + 8
     assert resolve_build(policy.STREAM_ROWS, wide) == policy.STREAM_2
     assert resolve_build(policy.STREAM_ROWS, wide, resident=lambda b: 1) == policy.STREAM
     assert not resolve_build(policy.STREAM_ROWS, wide, block_mode=True).streams
     assert not resolve_build(policy.STREAM_ROWS - 1, wide).streams
-    assert resolve_build(3, policy.STREAM_WIDTH, resident=lambda b: 2) == policy.STREAM
+    past = policy.WAVES_2 * 2 + 1
+    assert resolve_build(past, policy.STREAM_WIDTH, resident=lambda b: 2) == policy.STREAM
+    assert resolve_build(past - 1, policy.STREAM_WIDTH, resident=lambda b: 2) == (2, 512, 16)
     assert not resolve_build(3, policy.Build.of(1, 16).stage, resident=lambda b: 2).streams
 
 
