@@ -147,6 +147,24 @@ CONFIGS["s17"] = CONFIGS["s16"] + [
     for rows, k, over in ((1, 512, {}), (1, 2048, {"data": "gaussian"}), (64, 512, {"data": "gaussian"}),
                           (128, 2048, {"data": "gaussian"}))]
 
+# Session 17: the sampled rows of the grid's losing points and of each sampled build, the
+# cutoff's window from the largest sample against the two radix passes (the `cutoff` stamp),
+# and two direct rows (staging's one more warp store).
+CONFIGS["sampled"] = [
+    (1, 131072, 512, False, (8, 8), {}), (1, 131072, 2048, False, (8, 8), {}),
+    (1, 262144, 512, False, (8, 8), {"data": "gaussian"}), (1, 524288, 512, False, (8, 16), {}),
+    (1, 524288, 2048, False, (8, 16), {"data": "gaussian"}), (1, 1048576, 512, False, (16, 16), {}),
+    (8, 524288, 512, False, (8, 16), {}), (64, 131072, 2048, False, (2, 16), {}),
+    (128, 65536, 512, False, (1, 16), {}), (64, 262144, 512, False, (2, 4), {}),
+    (128, 262144, 2048, False, (1, 4), {"data": "gaussian"}), (32, 1048576, 2048, False, (2, 4), {}),
+    (1, 8192, 512, False, (2, 8), {}), (128, 8192, 2048, False, (1, 8), {"data": "gaussian"})]
+
+# Session 17: the streamed builds' one pass over their queues (docs/wip/sample-window.patch).
+CONFIGS["streamed"] = [
+    (64, 262144, 512, False, (2, 4), {}), (128, 262144, 2048, False, (1, 4), {"data": "gaussian"}),
+    (32, 1048576, 2048, False, (2, 4), {}), (128, 524288, 512, False, (2, 4), {"data": "gaussian"}),
+    (128, 1048576, 2048, False, (2, 4), {"data": "gaussian"}), (64, 131072, 2048, False, (2, 16), {})]
+
 
 def profile(rows, width, k, block_mode, build, overrides, timer=None):
     """Print one configuration's median stamps and the paths its rows took (timer: also its
