@@ -166,6 +166,24 @@ CONFIGS["streamed"] = [
     (128, 1048576, 2048, False, (2, 4), {"data": "gaussian"}), (64, 131072, 2048, False, (2, 16), {})]
 
 
+# Session 18: the histogram adds' copies on crowded and Gaussian rows (a variant with
+# HIST_COPIES = 4 against main's 8: what a 512-bin window of 4 copies would pay a key).
+CONFIGS["copies"] = [
+    (1, 8192, 512, False, (2, 8), {"data": "rho0.999"}), (1, 8192, 2048, False, (2, 8), {"data": "rho0.999"}),
+    (1, 8192, 2048, False, (2, 8), {"data": "gaussian"}), (64, 8192, 512, False, (2, 8), {"data": "gaussian"}),
+    (128, 8192, 2048, False, (1, 8), {"data": "gaussian"}), (128, 8192, 2048, False, (1, 8), {"data": "rho0.999"}),
+    (1, 131072, 2048, False, (8, 8), {"data": "rho0.999"}), (128, 65536, 512, False, (1, 16), {"data": "rho0.999"}),
+    (32, 32768, 2048, False, (2, 8), {"data": "rho0.999"})]
+
+
+# Session 18: the direct rows of 32,768 that the grid showed 4-7% slower on 5a264f4357d9
+# (run on worktrees of 054e31bd57d1 and 5a264f4357d9, twice each).
+CONFIGS["direct32k"] = [
+    (1, 32768, 512, False, (8, 8), {}), (1, 32768, 512, False, (8, 8), {"data": "gaussian"}),
+    (1, 32768, 2048, False, (8, 8), {"data": "gaussian"}), (32, 32768, 512, False, (2, 8), {"data": "gaussian"}),
+    (8, 32768, 2048, False, (8, 8), {"data": "rho0.999"}), (64, 8192, 512, False, (2, 8), {})]
+
+
 def profile(rows, width, k, block_mode, build, overrides, timer=None):
     """Print one configuration's median stamps and the paths its rows took (timer: also its
     time, bench/grid.py's Timer)."""

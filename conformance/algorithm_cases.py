@@ -544,20 +544,18 @@ def make_top_span(rng, width, lengths):
 def narrow_intent(specs):
     """Rows of make_narrow_overflow: direct up to the build's direct_max_length; past it
     underflow when G + E < k, else by the k-th largest key: FAR or NARROW_SPAN steps above
-    the cutoff, the one pass's overflow (2, 1), nearer, sampled (1, 0). (The streamed
-    builds' attempts have no such pass: any outcome there.)"""
+    the cutoff, the one pass's overflow (2, 1), nearer, sampled (1, 0). (On the streamed
+    builds that overflow takes the two passes over the queues: sampled (1, 0).)"""
     def intent(build, k):
         build = Build.parse(build)
         rows = []
         for length, far, a255, a254, near, n_eq in specs:
             if length <= _direct_max(build):
                 rows.append((2, 0))
-            elif build.streams:
-                rows.append((1, None))
             elif far + a255 + a254 + near + n_eq < k:
                 rows.append((2, 2))
             else:
-                rows.append((2, 1) if k <= far + a255 else (1, 0))
+                rows.append((2, 1) if k <= far + a255 and not build.streams else (1, 0))
         return rows
     return intent
 

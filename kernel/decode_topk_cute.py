@@ -44,11 +44,11 @@ Sampled (token rows longer than D = direct_max_length(C): 32,768 logits at 1 and
 
     every CTA reads the row's 2048 samples ──► the same cutoff in every CTA (the q-th
     largest sample, q aiming at k + 2560 keys at or above it, and at least Q_MIN[k])
-        └► the selection among the keys >= cutoff: on the staged builds one pass of
-           key - cutoff (K lies a few key steps above the cutoff; one cluster barrier), on
-           the streamed builds two passes (two cluster barriers)
-        └► fewer than k of them (underflow), or K at 255 or more steps above the cutoff
-           (the one pass's overflow): the direct path
+        └► the selection among the keys >= cutoff: one pass of key - cutoff (K lies a
+           few key steps above the cutoff; one cluster barrier)
+        └► fewer than k of them (underflow), or on the staged builds K at 255 or more
+           steps above the cutoff (the one pass's overflow): the direct path; on the
+           streamed builds that overflow takes the two passes over the queues
 
 Direct (block mode, short token rows, and a sampled row that fell back): the selection
 among every key (lo = 0).
@@ -135,15 +135,17 @@ __all__ = [
 ]
 
 SELECT_BATCH = 4  # radix selects: keys a thread loads before it counts any
+SELECT_HIGH, SELECT_LOW, SELECT_WINDOW = 0, 1, 2  # count_keys' bins (2.6)
 HIST_COPIES = 8  # the selection's histograms: lane l counts into copy l mod 8
 # What a histogram pass counts (count_vector): the high byte of each key >= lo; the low byte
-# of each key >= lo whose high byte is `high`; key - lo, at most NARROW_SPAN (the staged
+# of each key >= lo whose high byte is `high`; key - lo, at most NARROW_SPAN (the sampled
 # attempt's one pass, 2.5); NARROW_SPAN - (lo - key), at least 0, lo the row's largest key
 # (the direct path's narrow pass from the top, token mode, 2.5); the same over the keys <= lo
 # alone, lo = M - NARROW_SPAN (its second window).
 PASS_HIGH, PASS_LOW, PASS_NARROW, PASS_TOP, PASS_BELOW = 0, 1, 2, 3, 4
-# Histogram exchanges a row can need: 2 (sampled or direct), 3 (a fallback, then direct), 5
-# in token mode (a fallback, then the direct path's two windows from the top and its two
+# Histogram exchanges a row can need: 2 (sampled or direct), 3 (a fallback, then direct; a
+# streamed row whose one pass cannot place K, then the two passes over its queues), 5 in
+# token mode (a fallback, then the direct path's two windows from the top and its two
 # passes).
 EXCHANGES = 3
 # Words of the "misc" region (byte offsets): the trace's cluster-wide gt and eq counters
@@ -569,16 +571,18 @@ class DecodeTopK:
         # Shared memory, byte offsets; every size is a multiple of 16, so each region keeps
         # the stage's 16-byte alignment. "copies" .. "select" are zeroed at the start, before
         # the cluster barrier's arrive, 16 bytes a store. "exchange" holds three histogram
-        # exchanges (2.5: a row's first selection uses 0 and 1, or 0 alone for the staged
+        # exchanges (2.5: a row's first selection uses 0 and 1, or 0 alone for the sampled
         # attempt's one pass; the direct path after a fallback, whose attempt used only 0,
-        # uses 1 and 2), five where the direct path first makes its passes from the top (token
+        # uses 1 and 2, as do a streamed row's two passes after its one pass), five where the direct path first makes its passes from the top (token
         # mode: its two windows, then the two), each a 256-bin total and a 256-bin
         # prefix of the lower ranks. "maxima": each warp's largest top (the narrow pass from
         # the top), written in staging and never again, so a peer may read it at any time
-        # after the first cluster barrier (token mode only).
+        # after the first cluster barrier (token mode only). "select": the three one-copy
+        # histograms of the cutoff's selection (its window, then radix_select's two passes,
+        # 2.6); "sample_maxima": each warp's largest sample.
         exchanges = EXCHANGES + (2 if self.narrow_top else 0)
         regions = (("stage", stage_bytes), ("copies", 256 * HIST_COPIES * 4), ("exchange", exchanges * 2048),
-                   ("misc", MISC_BYTES), ("select", 2048), ("grid", 1024)) + (
+                   ("misc", MISC_BYTES), ("select", 3072), ("grid", 1024), ("sample_maxima", 128)) + (
                    (("maxima", 128),) if self.narrow_top else ()) + (
                    ("samples", SAMPLES * 2), ("queue", slots * 2)) + index_regions
         self.offsets = {}
@@ -697,6 +701,16 @@ class DecodeTopK:
             if const_expr(batch == 0):
                 for r, key in samples:
                     shared_store_u16(sm["samples"] + (r * nt + tid) * 2, key, sampled)
+                if sampled == 1:
+                    # The largest sample, for the cutoff's window (2.6): each warp's in its
+                    # own word of "sample_maxima", read by sample_cutoff after the CTA's
+                    # barrier.
+                    mine = samples[0][1]
+                    for r in cutlass.range_constexpr(1, len(samples)):
+                        mine = cutlass.max(mine, samples[r][1])
+                    mine = cute.arch.warp_redux_sync(mine, "max")
+                    if lane == 0:
+                        shared_store_u32(sm["sample_maxima"] + (tid >> 5) * 4, mine)
         if const_expr(self.narrow_top):
             # The row's largest key M for the direct path's narrow pass from the top (2.5):
             # each warp's largest top in its own word of "maxima", read by row_max after
@@ -733,7 +747,7 @@ class DecodeTopK:
             if sampled == 1:
                 aim = SAMPLES * (k + SURVIVOR_AIM)
                 q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(self.q_min), (aim + length - 1) // length))
-                cutoff, unused = self.radix_select(sm, tid, sm["samples"], 2, Int32(SAMPLES), q)
+                cutoff = self.sample_cutoff(sm, tid, lane, q)
                 self.record(trace_row, rank, tid, "q", q)
                 self.record(trace_row, rank, tid, "cutoff", cutoff)
                 self.stamp(trace_row, rank, tid, "cutoff")
@@ -928,33 +942,68 @@ class DecodeTopK:
         return tuple(words) if const_expr(prefix_of is not None) else tuple(words[:3])
 
     @cute.jit
+    def sample_max(self, sm, lane):
+        """The largest of the row's 2048 samples, in every thread: each warp's largest, in
+        the T/32 words of "sample_maxima" (stored in staging, before the CTA's barrier), a
+        lane reading one, and one warp reduction."""
+        mine = Int32(0)
+        if lane < self.threads // 32:
+            mine = shared_load_u32(sm["sample_maxima"] + lane * 4)
+        return cute.arch.warp_redux_sync(mine, "max")
+
+    @cute.jit
+    def sample_cutoff(self, sm, tid, lane, q):
+        """The sampled cutoff, the q-th largest of the row's 2048 samples (2.4, 2.6): one
+        histogram pass of 255 - min(Ms - key, 255) from the largest sample Ms into the
+        "select" region's third histogram places it where it lies less than NARROW_SPAN
+        steps below Ms (bin b >= 1: cutoff = Ms - NARROW_SPAN + b); else radix_select's two
+        passes in the first two. Why: on the grid's rows the q-th largest sample lies a few
+        dozen key steps below the largest (its rank q is at most 576, 2.4), so one pass,
+        one selection and their two barriers are spared (bench/NOTES.md session 17)."""
+        top = self.sample_max(sm, lane)
+        window = sm["select"] + 2048
+        self.count_keys(window, sm["samples"], 2, Int32(SAMPLES), tid, lane, SELECT_WINDOW, top)
+        cute.arch.sync_threads()
+        b, unused_above, unused_total = self.select(sm, tid, window, q)
+        cutoff = top - NARROW_SPAN + b
+        if b < 1:
+            cutoff = self.radix_select(sm, tid, sm["samples"], 2, Int32(SAMPLES), q)[0]
+        return cutoff
+
+    @cute.jit
+    def count_keys(self, hist, keys, stride, count, tid, lane, kind: cutlass.Constexpr, value):
+        """Count keys[0:count] (shared Uint16, stride bytes apart) into the one-copy
+        histogram at hist, by kind: SELECT_HIGH each key's high byte; SELECT_LOW the low
+        byte of the keys whose high byte is `value`; SELECT_WINDOW NARROW_SPAN - min(value -
+        key, NARROW_SPAN), `value` the largest key. Every warp runs the same trips (hist_add
+        needs all 32 lanes): lanes past count read the last key and count nothing. A trip
+        loads SELECT_BATCH keys before it counts any, so the loads overlap."""
+        per_trip = SELECT_BATCH * self.threads
+        for first in cutlass.range(0, count, per_trip):
+            batch = []
+            for b in cutlass.range_constexpr(SELECT_BATCH):
+                j = first + b * self.threads + tid
+                batch.append((shared_load_u16(keys + cutlass.min(j, count - 1) * stride), _pick(j < count, 1, 0)))
+            for key, valid in batch:
+                if const_expr(kind == SELECT_HIGH):
+                    hist_add(hist, key >> 8, valid, lane)
+                elif const_expr(kind == SELECT_LOW):
+                    hist_add(hist, key & 255, valid & _pick((key >> 8) == value, 1, 0), lane)
+                else:
+                    hist_add(hist, NARROW_SPAN - cutlass.min(value - key, Int32(NARROW_SPAN)), valid, lane)
+
+    @cute.jit
     def radix_select(self, sm, tid, keys, stride, count, q):
         """The q-th largest of count keys (shared Uint16 stride bytes apart; 1 <= q <=
         count) and the count of keys above it: two 8-bit passes, the first into the
         "select" region's first histogram, the second into its second, both zeroed at entry,
         so that the passes need one barrier each and no zeroing between them."""
         lane = tid & 31
-        high = Int32(-1)
-        above_high = Int32(0)
-        per_trip = SELECT_BATCH * self.threads
-        for second in cutlass.range_constexpr(2):
-            hist = sm["select"] + second * 1024
-            # Every warp runs the same trips (hist_add needs all 32 lanes): lanes past count
-            # read the last key and count nothing. A trip loads SELECT_BATCH keys before it
-            # counts any, so the loads overlap.
-            for first in cutlass.range(0, count, per_trip):
-                batch = []
-                for b in cutlass.range_constexpr(SELECT_BATCH):
-                    j = first + b * self.threads + tid
-                    batch.append((shared_load_u16(keys + cutlass.min(j, count - 1) * stride), _pick(j < count, 1, 0)))
-                for key, valid in batch:
-                    if const_expr(second == 0):
-                        hist_add(hist, key >> 8, valid, lane)
-                    else:
-                        hist_add(hist, key & 255, valid & _pick((key >> 8) == high, 1, 0), lane)
-            cute.arch.sync_threads()
-            if const_expr(second == 0):
-                high, above_high, unused = self.select(sm, tid, hist, q)
+        self.count_keys(sm["select"], keys, stride, count, tid, lane, SELECT_HIGH, Int32(0))
+        cute.arch.sync_threads()
+        high, above_high, unused = self.select(sm, tid, sm["select"], q)
+        self.count_keys(sm["select"] + 1024, keys, stride, count, tid, lane, SELECT_LOW, high)
+        cute.arch.sync_threads()
         low, above_low, unused = self.select(sm, tid, sm["select"] + 1024, q - above_high)
         return (high << 8) | low, above_high + above_low
 
@@ -1165,7 +1214,7 @@ class DecodeTopK:
         """(keys > K, keys == K) of the CTAs before this one, K = (high << 8) | low: the
         prefix bins above high of the first pass, above low of the second, and low's, in
         the calling warp (lane l sums bins 8l .. 8l + 7 of both, one warp reduction; select
-        calls it in warp 0). high None: the staged attempt's one pass (2.5), K's bin low,
+        calls it in warp 0). high None: the sampled attempt's one pass (2.5), K's bin low,
         the bins above it and its own. At one CTA a row there are none: (0, 0)."""
         gt_base = Int32(0)
         eq_base = Int32(0)
@@ -1265,19 +1314,26 @@ class DecodeTopK:
                         rank_eq = rank_eq + is_eq
 
     @cute.jit
-    def narrow_write(self, sm, tid, lane, rank, queued, lo, buffer, start, length, nv, out_row, trace_row):
-        """The staged attempt after its one pass of key - lo (2.5), exchanged in `buffer`:
+    def narrow_write(self, sm, tid, lane, rank, queued, lo, buffer, start, length, nv, out_row, trace_row,
+                     streamed: cutlass.Constexpr):
+        """The sampled attempt after its one pass of key - lo (2.5), exchanged in `buffer`:
         K's bin b with the prefixes of that pass (one selection, one barrier); b < 255:
         K = lo + b exactly and each CTA writes its keys; b = 255 (K >= lo + NARROW_SPAN):
-        overflow; no bin (fewer than k keys >= lo): underflow. Returns (status, K, A):
-        status 0, 1 on underflow, 2 on overflow (nothing written), as select_write's."""
+        the narrow pass's overflow; no bin (fewer than k keys >= lo): underflow. Returns
+        (status, K, A): status 0, 1 on underflow, 2 on the overflow (nothing written), as
+        select_write's; streamed (2.12): status 2 when a CTA's queue overflowed, 3 on the
+        narrow pass's overflow. (A streamed row's keys == lo that no queue holds need no
+        place in the underflow test: a CTA leaves one out only after queueing k vectors of
+        top == lo, so its queue alone holds k keys >= lo.)"""
         b, above, gt_base, eq_base = self.select(sm, tid, buffer, Int32(self.k), (buffer, None))
-        status = _pick(b < 0, 1, _pick(b >= NARROW_SPAN, 2, 0))
+        status = _pick(b < 0, 1, _pick(b >= NARROW_SPAN, 3 if streamed else 2, 0))
+        if const_expr(streamed):
+            status = _pick(shared_load_u32(sm["misc"] + MISC_OVERFLOW) != 0, 2, status)
         kth = Int32(-1)
         if status == 0:
             kth = lo + b
             self.final_write(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
-                             trace_row, rank, False, False)
+                             trace_row, rank, False, streamed)
         else:
             above = Int32(-1)
         return status, kth, above
@@ -1292,17 +1348,19 @@ class DecodeTopK:
         streamed queue overflowed or the staged attempt's one pass could not place K.
         attempt: the sampled attempt (lo its cutoff), else the direct path (lo = 0: every
         vector, and no queue before the write; the write's queue of 2.7 reads the tops of
-        the slots a direct row fills). The staged attempt (attempt, not streamed) makes one
-        pass of key - lo instead of the two (narrow_write). top_key (the direct path over
-        the stage, token mode): the row's largest key M, from which a narrow pass first tries
-        to place K in `buffer` (2.5), a second over the next NARROW_SPAN key values below
-        in the next buffer where K lies NARROW_SPAN or more steps below M, and the two
-        passes in the two after it where K lies 2 NARROW_SPAN or more below.
+        the slots a direct row fills). The sampled attempt makes one pass of key - lo
+        instead of the two (narrow_write); where it cannot place K, a staged row takes the
+        direct path and a streamed row the two passes over its queues. top_key (the direct
+        path over the stage, token mode): the row's largest key M, from which a narrow pass
+        first tries to place K in `buffer` (2.5), a second over the next NARROW_SPAN key
+        values below in the next buffer where K lies NARROW_SPAN or more steps below M, and
+        the two passes in the two after it where K lies 2 NARROW_SPAN or more below.
         streamed: a streamed row's queue of `count` vectors in the stage (2.12), whose keys
-        == lo left out of it (MISC_DROPPED) count towards the underflow test, and whose
-        trace counts the stream made."""
+        == lo left out of it (MISC_DROPPED) count towards the two passes' underflow test
+        (the narrow pass needs none of them: narrow_write), and whose trace counts the
+        stream made."""
         everything = not attempt
-        narrow = attempt and not streamed  # the staged attempt: one pass (2.5)
+        narrow = attempt  # the sampled attempt: one pass (2.5, 2.12)
         queued = count
         if const_expr(attempt and not streamed):
             queued = self.queue_vectors(sm, tid, lane, tops, lo)
@@ -1341,7 +1399,16 @@ class DecodeTopK:
                             attempt, streamed)
             if const_expr(narrow):
                 status, kth, above = self.narrow_write(sm, tid, lane, rank, queued, lo, buffer, start, length, nv,
-                                                       out_row, trace_row)
+                                                       out_row, trace_row, streamed)
+                if const_expr(streamed):
+                    if status == 3:
+                        # The streamed queues stay in shared memory: where the narrow pass
+                        # cannot place K, the two passes over them in the next two buffers.
+                        self.first_pass(sm, tid, lane, rank, queued, lo, buffer + 2048, start, length, nv, trace_row,
+                                        PASS_HIGH, attempt, streamed)
+                        status, kth, above = self.passes_write(sm, tid, lane, rank, tops, queued, lo, buffer + 2048,
+                                                               start, count, length, nv, out_row, trace_row,
+                                                               everything, streamed)
             else:
                 status, kth, above = self.passes_write(sm, tid, lane, rank, tops, queued, lo, buffer, start, count,
                                                        length, nv, out_row, trace_row, everything, streamed)
@@ -1722,6 +1789,8 @@ class DecodeTopK:
         status, kth, above = self.select_write(sm, tid, lane, rank, tops, cutoff, sm["exchange"], Int32(0),
                                                cutlass.min(queued, Int32(STREAM_QUEUE)), length, nv, out_row,
                                                trace_row, True, True)
+        # (select_write's status 3, the one pass's overflow, never leaves it: the two passes
+        # over the queues follow, which place K: their total is the one pass's, >= k.)
         return _pick(status == 1, 2, _pick(status == 2, 1, 0)), kth, above
 
     @cute.jit

@@ -5,7 +5,7 @@ length (2.2), the path choice (2.3), the sampled path with its 2048 samples and 
 (2.4), the selection every CTA runs on its own chunk (2.5): its index-ordered queue, two
 histogram passes with 8 copies (2.8), the exchange that gives every CTA the cluster's
 histogram and the prefix of the CTAs below it, and the ranked write of its own selected
-keys at their canonical positions (1.4, 2.7); the radix selection of the cutoff (2.6)
+keys at their canonical positions (1.4, 2.7); the selection of the cutoff (2.6)
 and the underflow fallback; and on the streamed builds (1x512x4, 2x512x4: 2.12) each
 CTA's stream of its chunk of a long token row in tiles into its queue of the vectors that
 can hold a selected key, the selection over those queues, and the direct path from global
@@ -43,7 +43,7 @@ PATH_SHORT, PATH_SAMPLED, PATH_DIRECT = 0, 1, 2
 # overflow: a streamed queue's (2.12), or a staged attempt's K at NARROW_SPAN or more above
 # the cutoff (2.5)
 REASON_NONE, REASON_OVERFLOW, REASON_UNDERFLOW = 0, 1, 2
-NARROW_SPAN = policy.NARROW_SPAN  # the staged attempt's one pass: bins cutoff + 0 .. 254, then the rest
+NARROW_SPAN = policy.NARROW_SPAN  # the sampled attempt's one pass: bins cutoff + 0 .. 254, then the rest
 COPIES = 8  # histogram copies of the selection's passes (2.8)
 WRITE_QUEUE_VECTORS = policy.WRITE_QUEUE_VECTORS  # the direct write queues past 2 vectors a thread (2.7)
 
@@ -81,6 +81,12 @@ DIRECT_A1_ONLY = _mutant("direct_above_pass1", "the selection's A = A1 (pass 2's
 DIRECT_PASS2_RANK = _mutant("direct_pass2_rank_k", "the selection's pass 2 selects rank k instead of k - A1")
 DIRECT_PASS2_ALL = _mutant("direct_pass2_unfiltered", "the selection's pass 2 counts every key, ignoring the pass-1 bin")
 RADIX_PASS2_ALL = _mutant("radix_pass2_unfiltered", "radix_select pass 2 counts every key, ignoring the pass-1 bin")
+SAMPLE_TOP_OFF = _mutant("sample_top_off_by_one",
+                         "the cutoff's window from the largest sample places it one step high (Ms - 254 + b)")
+SAMPLE_TOP_BIN0 = _mutant("sample_top_bin0_resolved",
+                          "the cutoff's window takes its bin 0 (cutoff = Ms - 255), not the two passes")
+SAMPLE_TOP_HALF = _mutant("sample_top_half",
+                          "the largest sample taken over the first 1024 samples (any above it in bin 255)")
 SELECT_BIN_STRICT = _mutant("select_bin_strict", "select_bin takes the first bin with sum(hist[b:]) > q (off by one)")
 SELECT_BIN_ABOVE = _mutant("select_bin_above_inclusive", "select_bin's above includes the bin itself")
 HIST_COPY_DROP = _mutant("hist_copy_dropped", "the selection's histograms sum copies 0..6, dropping copy 7")
@@ -148,6 +154,9 @@ TILE_THREAD_MAJOR = _mutant("tile_thread_major",
 TILE_SCAN_INCLUSIVE = _mutant("tile_scan_inclusive", "a tile's gvb includes the vector's own top > cutoff")
 TRACE_COUNTS_QUEUE = _mutant("trace_counts_queue",
                              "a streamed row's trace E counts its queues' keys == cutoff only (not the row's)")
+STREAM_NARROW_TO_DIRECT = _mutant("stream_narrow_to_direct",
+                                  "a streamed row whose one pass cannot place K takes the direct path from global "
+                                  "memory, not the two passes over its queues")
 FALLBACK_FROM_QUEUE = _mutant("fallback_from_queue",
                               "the direct path after a streamed attempt selects over the queues, not every key")
 FALLBACK_NEED_K = _mutant("fallback_need_k", "the direct path from global memory writes with need k, not k - A")
@@ -155,7 +164,7 @@ FALLBACK_TILE_BASE = _mutant("fallback_tile_base_dropped",
                              "the direct path from global memory: each tile's slots restart at the CTA's base")
 FALLBACK_THREAD_MAJOR = _mutant("fallback_tile_thread_major",
                                 "the direct path from global memory places a tile's keys thread-major (t, s)")
-# the staged attempt's one narrow pass (2.5)
+# the sampled attempt's one narrow pass (2.5)
 NARROW_UNCLAMPED = _mutant("narrow_unclamped", "the narrow pass drops the keys NARROW_SPAN or more above the cutoff "
                            "(no last bin holding them)")
 NARROW_LAST_RESOLVED = _mutant("narrow_last_bin_resolved", "the narrow pass's last bin taken as K's (K = cutoff + 255)")
@@ -262,6 +271,24 @@ def _radix_select(keys, count, q, mutant):
 
 
 @njit(cache=True)
+def _sample_cutoff(samples, q, mutant):
+    """The sampled cutoff, the q-th largest of the 2048 samples (2.6): one 256-bin pass of
+    NARROW_SPAN - min(Ms - key, NARROW_SPAN) from the largest sample Ms; its bin b >= 1
+    places it at Ms - NARROW_SPAN + b, else the two passes of _radix_select."""
+    top = 0
+    for i in range(SAMPLES // 2 if mutant == SAMPLE_TOP_HALF else SAMPLES):
+        top = max(top, samples[i])
+    h = np.zeros(256, np.int64)
+    for i in range(SAMPLES):
+        h[NARROW_SPAN - min(max(top - samples[i], 0), NARROW_SPAN)] += 1  # a key above Ms: the mutant's
+    b, _ = _select_bin(h, q, mutant)
+    if b >= 1 or mutant == SAMPLE_TOP_BIN0:
+        return top - NARROW_SPAN + b + (1 if mutant == SAMPLE_TOP_OFF else 0)
+    K, _ = _radix_select(samples, SAMPLES, q, mutant)
+    return K
+
+
+@njit(cache=True)
 def _element(g, e, key, block, mutant):
     """The value written for element e of vector g (2.9)."""
     if block:
@@ -310,7 +337,7 @@ def _pass(ekey, ecnt, W, start, queue, qlen, T, lo, high, mutant, copies, hist):
     (but for high == -3 and -4, whose lo is the row's largest key or the top of the window
     below it)
     (lo: the sampled cutoff, 0 on the direct path); high == -1: the high byte of every key;
-    high == -2 (the staged attempt's narrow pass, 2.5): key - lo, the keys NARROW_SPAN or
+    high == -2 (the sampled attempt's narrow pass, 2.5): key - lo, the keys NARROW_SPAN or
     more above lo all in the last bin; high == -3 (the direct path's narrow pass from
     the top, lo the row's largest key M): NARROW_SPAN - (M - key), the keys NARROW_SPAN
     or more below M all in bin 0; high == -4 (its second window, lo = M - NARROW_SPAN): the
@@ -585,7 +612,7 @@ def _selection(ekey, ecnt, W, top, nv, k, block, C, T, V, U, lo, slot, mutant, o
 
 @njit(cache=True)
 def _narrow_bases(prefix1, c, b, mutant):
-    """(gt_base, eq_base) of CTA c after a one-pass selection (2.5: the staged attempt's
+    """(gt_base, eq_base) of CTA c after a one-pass selection (2.5: the sampled attempt's
     narrow pass, the first window from the top), K in bin b: the keys of the bins above it
     and of its own in the CTAs before c."""
     gt_base = 0
@@ -595,20 +622,21 @@ def _narrow_bases(prefix1, c, b, mutant):
 
 
 @njit(cache=True)
-def _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, local, total,
+def _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, dropped, local, total,
             prefix1, copies, cg, ce):
-    """The staged attempt's selection in one pass (2.5): each CTA's histogram of key - lo
-    over its queue (the keys NARROW_SPAN or more above lo in the last bin), the exchange,
-    the underflow test, and K's bin b: below the last, K = lo + b exactly, A the keys of
-    the bins above it, and each CTA writes its keys (2.7) from the prefixes of that one
-    pass; the last bin (K >= lo + NARROW_SPAN) is an overflow, and the row takes the
-    direct path. Returns (status, wild): status 1 on underflow, 2 on overflow (nothing
-    written)."""
+    """The sampled attempt's selection in one pass (2.5, 2.12): each CTA's histogram of
+    key - lo over its queue (the keys NARROW_SPAN or more above lo in the last bin), the
+    exchange, the underflow test (with `dropped`, a streamed row's keys == lo no queue
+    holds), and K's bin b: below the last, K = lo + b exactly, A the keys of the bins above
+    it, and each CTA writes its keys (2.7) from the prefixes of that one pass; the last bin
+    (K >= lo + NARROW_SPAN) is an overflow: a staged row takes the direct path, a streamed
+    row the two passes over its queues. Returns (status, wild): status 1 on underflow, 2
+    on overflow (nothing written)."""
     for c in range(C):
         start, end = _chunk(c, nv, C, mutant)
         _pass(ekey, ecnt, W, start, queue[c], qlens[c], T, lo, -2, mutant, copies, local[c])
     _exchange(local, C, slot, mutant, total, prefix1)
-    ge = 0
+    ge = dropped  # a streamed row's keys == lo that no queue holds (2.12; 0 on a staged row)
     for b in range(256):
         ge += total[b]
     if _underflows(ge, G, k, mutant):
@@ -705,8 +733,8 @@ def _select(ekey, ecnt, W, top, nv, k, block, C, T, V, lo, slot, mutant, out, tr
     if tr[0] == PATH_SAMPLED:  # the trace's G and E (sampled attempt), then its one pass
         tr[4] = G
         tr[5] = E
-        return _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, local, total,
-                       prefix1, copies, cg, ce)
+        return _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, 0, local,
+                       total, prefix1, copies, cg, ce)
     if direct > 0 and not block:  # token mode, over the stage: the narrow pass from the top first
         placed, wild = _narrow_top(ekey, ecnt, W, top, nv, k, block, C, T, V, slot, mutant, out, tr, queue, qlens,
                                    local, total, total2, prefix1, prefix2, copies, cg, ce, direct)
@@ -856,9 +884,11 @@ def _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr,
               total2, prefix1, prefix2, copies, cg, ce, everything):
     """A streamed row after its samples and cutoff (2.12 steps 2-5; tr holds path 1, q and
     the cutoff): every CTA streams its chunk into its queue; overflow if some CTA's queue
-    holds more than STREAM_QUEUE vectors, else the selection over the queues, underflow
-    when they and the keys == cutoff they leave out are fewer than k; after either the
-    direct path from global memory. Returns wild writes and reads."""
+    holds more than STREAM_QUEUE vectors, else the selection over the queues in one pass
+    of key - cutoff (_narrow; underflow when G + E, their keys >= cutoff and the keys ==
+    cutoff they leave out, is below k), and
+    where that pass cannot place K the two passes over the same queues; after an overflow
+    or an underflow the direct path from global memory. Returns wild writes and reads."""
     cap = queue.shape[1]
     G = 0
     E = 0
@@ -904,12 +934,22 @@ def _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr,
                     wild += 1  # an entry read but never written: only a mutant gets here
         if wild:
             return wild
-        status, w = _selection(ekey, ecnt, W, top, nv, k, False, C, T, 0, U, cutoff, slot, mutant, out, tr, queue,
-                               qlens, False, everything, D, G, local, total, total2, prefix1, prefix2, copies, cg,
-                               ce, 0)
+        # The one pass of key - cutoff over the queues (2.5, 2.12); where it cannot place K
+        # (K >= cutoff + NARROW_SPAN), the two passes over the same queues.
+        status, w = _narrow(ekey, ecnt, W, nv, k, False, C, T, cutoff, slot, mutant, out, tr, queue, qlens, G, D,
+                            local, total, prefix1, copies, cg, ce)
+        if status == 2:
+            if mutant == STREAM_NARROW_TO_DIRECT:
+                tr[1] = REASON_OVERFLOW
+                status = 1
+            else:
+                status, w = _selection(ekey, ecnt, W, top, nv, k, False, C, T, 0, U, cutoff, slot, mutant, out, tr,
+                                       queue, qlens, False, everything, D, G, local, total, total2, prefix1, prefix2,
+                                       copies, cg, ce, 0)
         if status == 0:
             return wild + w
-        tr[1] = REASON_UNDERFLOW
+        if tr[1] != REASON_OVERFLOW:
+            tr[1] = REASON_UNDERFLOW
     # The direct path from global memory: the selection over every key (lo = 0), written
     # by a stream of each chunk.
     tr[0] = PATH_DIRECT
@@ -1020,7 +1060,7 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
             q = (SAMPLES * (k + SURVIVOR_AIM) + length - 1) // length
         # QM: policy.Q_MIN[k], the least sample rank (2.4)
         q = min(SAMPLES, max(1 if mutant == Q_MIN_ONE else QM, q))
-        cutoff, _ = _radix_select(samples, SAMPLES, q, mutant)
+        cutoff = _sample_cutoff(samples, q, mutant)
         if mutant == CUTOFF_PLUS:
             cutoff += 1
         elif mutant == CUTOFF_MINUS:
