@@ -886,9 +886,9 @@ def _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr,
     the cutoff): every CTA streams its chunk into its queue; overflow if some CTA's queue
     holds more than STREAM_QUEUE vectors, else the selection over the queues in one pass
     of key - cutoff (_narrow; underflow when G + E, their keys >= cutoff and the keys ==
-    cutoff they leave out, is below k), and
-    where that pass cannot place K the two passes over the same queues; after an overflow
-    or an underflow the direct path from global memory. Returns wild writes and reads."""
+    cutoff they leave out, is below k), and where that pass cannot place K the two passes
+    over the same queues; after an overflow or an underflow the direct path from global
+    memory. Returns wild writes and reads."""
     cap = queue.shape[1]
     G = 0
     E = 0
@@ -938,18 +938,15 @@ def _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr,
         # (K >= cutoff + NARROW_SPAN), the two passes over the same queues.
         status, w = _narrow(ekey, ecnt, W, nv, k, False, C, T, cutoff, slot, mutant, out, tr, queue, qlens, G, D,
                             local, total, prefix1, copies, cg, ce)
-        if status == 2:
-            if mutant == STREAM_NARROW_TO_DIRECT:
-                tr[1] = REASON_OVERFLOW
-                status = 1
-            else:
-                status, w = _selection(ekey, ecnt, W, top, nv, k, False, C, T, 0, U, cutoff, slot, mutant, out, tr,
-                                       queue, qlens, False, everything, D, G, local, total, total2, prefix1, prefix2,
-                                       copies, cg, ce, 0)
+        if status == 2 and mutant != STREAM_NARROW_TO_DIRECT:
+            status, w = _selection(ekey, ecnt, W, top, nv, k, False, C, T, 0, U, cutoff, slot, mutant, out, tr,
+                                   queue, qlens, False, everything, D, G, local, total, total2, prefix1, prefix2,
+                                   copies, cg, ce, 0)
         if status == 0:
             return wild + w
-        if tr[1] != REASON_OVERFLOW:
-            tr[1] = REASON_UNDERFLOW
+        # status 1: underflow (either selection); 2: the narrow pass's overflow, left
+        # standing only by the mutant, which sends the row to the direct path
+        tr[1] = REASON_OVERFLOW if status == 2 else REASON_UNDERFLOW
     # The direct path from global memory: the selection over every key (lo = 0), written
     # by a stream of each chunk.
     tr[0] = PATH_DIRECT
