@@ -178,6 +178,12 @@ CONFIGS["copies"] = [
 
 # Session 18: the direct rows of 32,768 that the grid showed 4-7% slower on 5a264f4357d9
 # (run on worktrees of 054e31bd57d1 and 5a264f4357d9, twice each).
+# Session 19: one 512-bin window from the top in place of two (Gaussian k2048 rows of 8,192,
+# whose K lies 255-510 steps below M) and 4 histogram copies, against 5a264f4357d9.
+CONFIGS["window"] = CONFIGS["copies"] + [
+    (8, 8192, 2048, False, (2, 8), {"data": "gaussian"}), (32, 32768, 2048, False, (2, 8), {"data": "gaussian"}),
+    (32, 65536, 2048, False, (4, 8), {"data": "gaussian"}), (1, 32768, 512, False, (8, 8), {})]
+
 CONFIGS["direct32k"] = [
     (1, 32768, 512, False, (8, 8), {}), (1, 32768, 512, False, (8, 8), {"data": "gaussian"}),
     (1, 32768, 2048, False, (8, 8), {"data": "gaussian"}), (32, 32768, 512, False, (2, 8), {"data": "gaussian"}),

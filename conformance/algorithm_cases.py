@@ -30,7 +30,8 @@ from decode_topk.reference.bits import NEG_INF_BITS, POS_INF_BITS, bf16_bits_fro
 from .trace import q_for, sample_positions
 from .coverage import top_slot_length, top_slot_vectors
 
-from decode_topk.kernel.policy import BUILDS, NARROW_SPAN, STREAM_QUEUE, Build, direct_max_length  # noqa: E402
+from decode_topk.kernel.policy import (  # noqa: E402
+    BUILDS, NARROW_SPAN, STREAM_QUEUE, TOP_SPAN, Build, direct_max_length)
 
 CUTOFF_BITS = 0x3F80  # 1.0
 POS_NAN = 0x7FC0
@@ -508,19 +509,20 @@ def one_cta_intent(lengths):
 
 
 def make_top_span(rng, width, lengths):
-    """Rows for the direct path's narrow passes from the top (SPEC.md 2.5): the row's
-    largest key M (128.0) and, in turn, 2047 keys NARROW_SPAN - 1 steps below it (K placed
-    by the first window, bin 1), 2047 keys NARROW_SPAN steps below it (K in the first's bin
-    0, placed by the second window, its bin 255), 511 keys 100 steps below it over a far
-    background (placed at k = 512; above it K lies in the background, past both windows:
-    the two passes), 2047 keys equal to 64.0 with the row's three largest (above it) in its
-    last valid lanes (K = 64.0 and A = 3: an M that missed the last vector would lump them
-    into K's bin; on a cluster they lie in the last CTA's chunk, so an M of CTA 0's chunk
-    alone misses them too), 2047 keys 2 NARROW_SPAN - 1 steps below M (the second window's
-    bin 1) and 2047 keys 2 NARROW_SPAN below it (the second window's bin 0: the two
-    passes); one row a length, the kinds in turn, garbage past the length."""
+    """Rows for the direct path's window from the top (SPEC.md 2.5): the row's largest key
+    M (128.0) and, in turn, 2047 keys TOP_SPAN - 1 steps below it (K placed by the window,
+    bin 1), 2047 keys TOP_SPAN steps below it (K in the window's bin 0: the two passes),
+    511 keys 100 steps below it over a far background (placed at k = 512; above it K lies in
+    the background, past the window: the two passes), 2047 keys equal to 64.0 with the
+    row's three largest (above it) in its last valid lanes (K = 64.0 and A = 3: an M that
+    missed the last vector would lump them into K's bin; on a cluster they lie in the last
+    CTA's chunk, so an M of CTA 0's chunk alone misses them too), 2047 keys NARROW_SPAN
+    steps below M (bin 256, the lowest of the upper 256) and 2047 keys NARROW_SPAN + 1
+    below it (bin 255, the highest of the lower 256: a selection or a prefix over half the
+    bins misses K or the keys above it); one row a length, the kinds in turn, garbage past
+    the length."""
     top = 0x4300  # 128.0
-    below = {0: NARROW_SPAN - 1, 1: NARROW_SPAN, 4: 2 * NARROW_SPAN - 1, 5: 2 * NARROW_SPAN}
+    below = {0: TOP_SPAN - 1, 1: TOP_SPAN, 4: NARROW_SPAN, 5: NARROW_SPAN + 1}
     logits = np.empty((len(lengths), width), np.uint16)
     for r, length in enumerate(lengths):
         row = bf16_bits_from_float32(rng.uniform(-4.0, 1.0, width).astype(np.float32))  # far below M

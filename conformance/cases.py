@@ -320,8 +320,8 @@ CASES = (
          "the same at 65,536 logits: the top slots of 1x512x16 and 2x512x8", modes=(False,),
          intent=algo.narrow_intent(algo.NARROW_SPECS_65536)),
     Case("direct-top-span", "ci", 327, partial(algo.make_top_span, width=16384, lengths=algo.TOP_SPAN_LENGTHS),
-         "the direct path's narrow passes from the top: K 254, 255, 509 and 510 steps below the row's largest key, "
-         "100 steps below it at k = 512 only, and the three largest keys in the row's last vector (the last CTA's "
+         "the direct path's window from the top: K 255, 256, 510 and 511 steps below the row's largest key, 100 "
+         "steps below it at k = 512 only, and the three largest keys in the row's last vector (the last CTA's "
          "chunk)",
          modes=(False,)),
     Case("sampled-hits-top", "ci", 303,

@@ -17,6 +17,7 @@ or a class attribute named 'Build.<attr>'.
 """
 
 import contextlib
+import math
 
 from decode_topk.kernel import policy
 
@@ -34,15 +35,16 @@ EDGE_STAGE = 16384  # 1x512x4's stage (SPEC 2.12): its block rows' capacity and 
 EDGE_STAGE_2 = 32768  # 2x512x4's stage: the same for it
 # The streamed builds (SPEC 2.1, 2.12): their names, (token, block) capacities and D.
 STREAMED = {"1x512x4": ((EDGE_MAX, EDGE_STAGE), EDGE_STAGE), "2x512x4": ((EDGE_MAX, EDGE_STAGE_2), EDGE_STAGE_2)}
-# The stream rule (SPEC 2.1, 2.12): token batches wider than EDGE_1 logits stream past
-# WAVES_2 waves of the resident 2x512x16 clusters up to STREAM_WIDTH logits, from
-# STREAM_ROWS rows past it, and past the 16-CTA build's two waves; they take 1x512x4 past
-# the resident 2x512x4 clusters up to EDGE_8 logits, else 2x512x4. Measured on the H200 (kernel/policy.py's STREAM_ROWS,
-# STREAM_WIDTH, STREAM_1_WIDTH and WAVES_2): when they change there, change these with
-# them; the edge table follows them.
+# The stream rule (SPEC 2.1, 2.12): token batches wider than EDGE_1 logits stream up to
+# STREAM_WIDTH logits where 2x512x16 would take at least WAVE_RATIO times the waves of the
+# streamed build, from STREAM_ROWS rows past it, and past the 16-CTA build's two waves;
+# they take 1x512x4 past the resident 2x512x4 clusters up to EDGE_8 logits, else 2x512x4.
+# Measured on the H200 (kernel/policy.py's STREAM_ROWS, STREAM_WIDTH, STREAM_1_WIDTH and
+# STREAM_WAVE_RATIO): when they change there, change these with them; the edge table
+# follows them.
 STREAM_ROWS = 32
 STREAM_WIDTH = EDGE_2
-WAVES_2 = 5
+WAVE_RATIO = 2
 # SPEC 2.12's constants of the streamed builds (change them with SPEC 2.12).
 SPEC_2_12 = {"STREAM_QUEUE": 8192, "STREAM_TILE": 4, "STREAM_DEPTH": 3, "STREAM_VECTORS": 4}
 
@@ -68,13 +70,16 @@ def _resident_table(small, large16, four=None, two=None, two16=None, stream2=Non
 
 
 def expected_streams(rows, width, resident, block_mode=False):
-    """SPEC 2.1's stream rule: token rows wider than EDGE_1, and up to STREAM_WIDTH more
-    rows than WAVES_2 waves of the resident 2x512x16 clusters hold; past it STREAM_ROWS rows
-    or more, or rows past the 16-CTA build's two waves (wider than 8x512x16 holds)."""
+    """SPEC 2.1's stream rule: token rows wider than EDGE_1, and up to STREAM_WIDTH where
+    the waves of the resident 2x512x16 clusters are at least WAVE_RATIO times those of the
+    streamed build; past it STREAM_ROWS rows or more, or rows past the 16-CTA build's two
+    waves (wider than 8x512x16 holds)."""
     if block_mode or width <= EDGE_1:
         return False
     if width <= STREAM_WIDTH:
-        return rows > WAVES_2 * resident(policy.Build(2, 512, 16))
+        streamed = policy.Build(1, 512, 4) if expected_stream_build(rows, width, resident) == "1x512x4" else (
+            policy.Build(2, 512, 4))
+        return math.ceil(rows / resident(policy.Build(2, 512, 16))) >= WAVE_RATIO * math.ceil(rows / resident(streamed))
     return rows >= STREAM_ROWS or (width > EDGE_16 and rows > 2 * resident(policy.Build(16, 512, 16)))
 
 
@@ -132,13 +137,14 @@ def _edge_problems(p):
     for small, large16, four, two, two16, stream2 in ((15, 7, 30, 66, None, None), (30, 14, None, None, None, None),
                                                       (1, 1, None, None, None, None), (15, 7, 30, 20, None, None),
                                                       (15, 7, 30, 66, 40, None), (15, 7, 30, 66, 40, 50),
-                                                      (15, 7, 30, 66, 60, 20), (70, 40, None, None, None, None)):
+                                                      (15, 7, 30, 66, 60, 20), (70, 40, None, None, None, None),
+                                                      (132, 7, 30, 66, None, None), (132, 7, 30, 66, 40, 90)):
         resident = _resident_table(small, large16, four, two, two16, stream2)
         four, two, two16, stream2 = four or small, two or small, two16 or two or small, stream2 or two or small
-        row_counts = sorted({1, small - 1, small, small + 1, four - 1, four, four + 1, two - 1, two, two + 1,
-                             two16 - 1, two16, two16 + 1, WAVES_2 * two16 - 1, WAVES_2 * two16,
-                             WAVES_2 * two16 + 1, stream2 - 1, stream2, stream2 + 1, 2 * large16,
-                             2 * large16 + 1, STREAM_ROWS - 1, STREAM_ROWS, STREAM_ROWS + 1} - {0})
+        row_counts = sorted(({1, small - 1, small, small + 1, four - 1, four, four + 1, two - 1, two, two + 1,
+                             stream2 - 1, stream2, stream2 + 1, 2 * large16, 2 * large16 + 1, STREAM_ROWS - 1,
+                             STREAM_ROWS, STREAM_ROWS + 1}
+                             | {m * n + d for n in (small, two16) for m in range(1, 7) for d in (-1, 0, 1)}) - {0})
         for width in widths:
             for block_mode in (False, True):
                 mode = "block" if block_mode else "token"
@@ -257,13 +263,15 @@ def _max_rows(waves=2, edge=lambda w, c: w <= c, tokens=False):
 
 
 def _streams_for(modes=lambda block_mode: not block_mode, low=lambda w, c: w > c, wide=lambda w, c: w > c,
-                 waves_2=lambda r, n: r > n, two_build=(2, 16), many=lambda r, n: r >= n,
-                 past_waves=lambda r, n: r > n):
+                 ratio=lambda staged, streamed: staged >= policy.STREAM_WAVE_RATIO * streamed, two_build=(2, 16),
+                 streamed_build=None, many=lambda r, n: r >= n, past_waves=lambda r, n: r > n):
     def streams_for(rows, width, resident, block_mode=False):
         if not modes(block_mode) or not low(width, policy.Build.of(1, 16).stage):
             return False
         if not wide(width, policy.STREAM_WIDTH):
-            return waves_2(rows, policy.WAVES_2 * resident(policy.Build.of(*two_build)))
+            streamed = streamed_build or policy.stream_build_for(rows, width, resident)
+            return ratio(policy.waves(rows, resident(policy.Build.of(*two_build))),
+                         policy.waves(rows, resident(streamed)))
         if many(rows, policy.STREAM_ROWS):
             return True
         return (width > policy.Build.of(8, 16).stage
@@ -407,16 +415,20 @@ POLICY_MUTANTS = {
                                  lambda: _streams_for(wide=lambda w, c: w > policy.Build.of(1, 16).stage)),
     "stream_width_inclusive": ("STREAM_ROWS rows of STREAM_WIDTH logits stream (width >= STREAM_WIDTH)",
                                lambda: _streams_for(wide=lambda w, c: w >= c)),
-    "stream_waves_2_at": ("rows up to STREAM_WIDTH stream at WAVES_2 waves of 2x512x16 (not one row more)",
-                          lambda: _streams_for(waves_2=lambda r, n: r >= n)),
-    "stream_waves_2_never": ("rows up to STREAM_WIDTH never stream (2x512x16 in waves)",
-                             lambda: _streams_for(waves_2=lambda r, n: False)),
-    "stream_waves_2_one": ("rows up to STREAM_WIDTH stream past one wave of 2x512x16 (the rule before session 16)",
-                           lambda: {"WAVES_2": 1}),
-    "stream_waves_2_four": ("rows up to STREAM_WIDTH stream past four waves of 2x512x16", lambda: {"WAVES_2": 4}),
-    "stream_waves_2_six": ("rows up to STREAM_WIDTH stream past six waves of 2x512x16", lambda: {"WAVES_2": 6}),
-    "stream_waves_2_resident_8": ("the rule up to STREAM_WIDTH asks 2x512x8's residency, not 2x512x16's",
-                                  lambda: _streams_for(two_build=(2, 8))),
+    "stream_ratio_strict": ("rows up to STREAM_WIDTH stream only past twice the streamed build's waves (>, not >=)",
+                            lambda: _streams_for(ratio=lambda staged, streamed: staged > 2 * streamed)),
+    "stream_ratio_never": ("rows up to STREAM_WIDTH never stream (2x512x16 in waves)",
+                           lambda: _streams_for(ratio=lambda staged, streamed: False)),
+    "stream_ratio_one": ("rows up to STREAM_WIDTH stream wherever 2x512x16 takes as many waves as the stream",
+                         lambda: {"STREAM_WAVE_RATIO": 1}),
+    "stream_ratio_three": ("rows up to STREAM_WIDTH stream from three times the streamed build's waves",
+                           lambda: {"STREAM_WAVE_RATIO": 3}),
+    "stream_ratio_resident_8": ("the rule up to STREAM_WIDTH asks 2x512x8's residency, not 2x512x16's",
+                                lambda: _streams_for(two_build=(2, 8))),
+    "stream_ratio_streamed_2": ("the rule up to STREAM_WIDTH counts 2x512x4's waves, not the streamed build's",
+                                lambda: _streams_for(streamed_build=policy.STREAM_2)),
+    "stream_waves_2_five": ("rows up to STREAM_WIDTH stream past five waves of 2x512x16 (the rule of session 16)",
+                            lambda: _streams_for(ratio=lambda staged, streamed: staged > 5)),
     "stream_waves_never": ("token rows past the 16-CTA build's two waves stay on it",
                            lambda: _streams_for(past_waves=lambda r, n: False)),
     "stream_waves_at": ("token rows stream at two waves of the 16-CTA build already (rows >= 2 resident)",

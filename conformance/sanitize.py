@@ -30,8 +30,8 @@ CASES = (
                                 "-> direct path"),
     ("sampled-eq-capped", "more than k keys equal to the cutoff in a CTA"),
     ("lengths", "short rows (n <= k), the direct path, lengths 0, 1, k +- 1, partial vectors"),
-    ("direct-top-span", "the direct path's windows from the top (the row's largest key over DSMEM): K placed by "
-                        "the first, by the second, and past both -> the two passes"),
+    ("direct-top-span", "the direct path's window from the top (the row's largest key over DSMEM): K placed by "
+                        "it in either half of its 512 bins, and past it -> the two passes"),
     ("mostly-neg-inf", "block mode: -inf blocks written as -1, the pinned newest block"),
     # the 1-CTA builds' own rows (the cases above are wider than 65,536 or shorter than 4,096)
     ("plateau", "1x512x16's sampled path (rows of 65,536 logits)"),

@@ -51,10 +51,12 @@ Sampled (token rows longer than D = direct_max_length(C): 32,768 logits at 1 and
            streamed builds that overflow takes the two passes over the queues
 
 Direct (block mode, short token rows, and a sampled row that fell back): the selection
-among every key (lo = 0).
+among every key (lo = 0); in token mode first one 512-bin pass from the row's largest key
+M, which places K wherever it lies less than 511 key steps below M (one cluster barrier),
+else the two passes.
 
-Whole-chunk histograms spread each warp's atomics over 8 copies (lane l counts into copy
-l mod 8), since a crowded bin serializes the atomics on its word; the radix select over
+Whole-chunk histograms spread each warp's atomics over 4 copies (lane l counts into copy
+l mod 4), since a crowded bin serializes the atomics on its word; the radix select over
 the 2048 samples counts into one histogram.
 
 Synchronization. The first cluster barrier is split: a thread arrives once it has zeroed
@@ -101,6 +103,7 @@ from .policy import (
     STREAM_QUEUE,
     STREAM_TILE,
     SURVIVOR_AIM,
+    TOP_SPAN,
     TRACE_FIELDS,
     WAVES_16,
     WRITE_QUEUE_VECTORS,
@@ -136,17 +139,18 @@ __all__ = [
 
 SELECT_BATCH = 4  # radix selects: keys a thread loads before it counts any
 SELECT_HIGH, SELECT_LOW, SELECT_WINDOW = 0, 1, 2  # count_keys' bins (2.6)
-HIST_COPIES = 8  # the selection's histograms: lane l counts into copy l mod 8
+HIST_COPIES = 4  # the selection's histograms: lane l counts into copy l mod 4
+BINS = 256  # a pass's bins; the direct path's window from the top has TOP_BINS
+TOP_BINS = TOP_SPAN + 1
 # What a histogram pass counts (count_vector): the high byte of each key >= lo; the low byte
 # of each key >= lo whose high byte is `high`; key - lo, at most NARROW_SPAN (the sampled
-# attempt's one pass, 2.5); NARROW_SPAN - (lo - key), at least 0, lo the row's largest key
-# (the direct path's narrow pass from the top, token mode, 2.5); the same over the keys <= lo
-# alone, lo = M - NARROW_SPAN (its second window).
-PASS_HIGH, PASS_LOW, PASS_NARROW, PASS_TOP, PASS_BELOW = 0, 1, 2, 3, 4
-# Histogram exchanges a row can need: 2 (sampled or direct), 3 (a fallback, then direct; a
-# streamed row whose one pass cannot place K, then the two passes over its queues), 5 in
-# token mode (a fallback, then the direct path's two windows from the top and its two
-# passes).
+# attempt's one pass, 2.5); window_bin(lo, key, TOP_SPAN), lo the row's largest key (the
+# direct path's window from the top, token mode, 2.5), into TOP_BINS bins.
+PASS_HIGH, PASS_LOW, PASS_NARROW, PASS_TOP = 0, 1, 2, 3
+# Histogram exchanges a row can need, in 256-bin buffers (2048 bytes: a total and a prefix):
+# 2 (sampled or direct), 3 (a fallback, then direct; a streamed row whose one pass cannot
+# place K, then the two passes over its queues), 5 in token mode (a fallback, then the
+# direct path's window from the top, two buffers wide, and its two passes).
 EXCHANGES = 3
 # Words of the "misc" region (byte offsets): the trace's cluster-wide gt and eq counters
 # (CTA 0's), the trash word the histograms' uncounted keys add into (read by nothing), a
@@ -466,28 +470,37 @@ def _pick(condition, a, b):
     return Int32(cutlass.select_(condition, Int32(a), Int32(b)))
 
 
-def warp_select(hist, q, lane):
-    """Every lane of the calling warp: (b, above, total) of the 256-bin histogram at shared
-    address hist: the bin b holding the q-th largest key (counting from the top bin) and
-    the count of keys above it, meaningful only when q <= total, and the histogram's total.
-    Lane l sums the 8 bins 255 - 8l .. 248 - 8l (two 16-byte loads), an inclusive shuffle
-    scan over the lanes gives the counts from the top, every lane walks its own bins, and
-    the one lane whose range holds q hands its bin and count to every lane (two warp
-    reductions, in which every other lane adds nothing). Every lane of the warp must call
-    it; DecodeTopK.select calls it in warp 0 only."""
-    top = 255 - 8 * lane
-    low = shared_load_u32x4(hist + (top - 7) * 4)  # bins top - 7 .. top - 4
-    high = shared_load_u32x4(hist + (top - 3) * 4)  # bins top - 3 .. top
-    counts = [Int32(high[3 - j]) for j in range(4)] + [Int32(low[3 - j]) for j in range(4)]  # bin top - j
+def window_bin(top, key, span):
+    """A key's bin in a window of span + 1 bins from `top` (a key no larger) down: top in
+    bin span, the keys top - span + 1 .. top a bin each, every key from top - span down in
+    bin 0 (the cutoff's window, 2.6, and the direct path's window from the top, 2.5)."""
+    return Int32(span) - cutlass.min(top - key, Int32(span))
+
+
+def warp_select(hist, q, lane, bins=BINS):
+    """Every lane of the calling warp: (b, above, total) of the histogram of `bins` bins
+    (256 or 512) at shared address hist: the bin b holding the q-th largest key (counting
+    from the top bin) and the count of keys above it, meaningful only when q <= total, and
+    the histogram's total. Lane l sums the bins/32 bins below top = bins - 1 - l bins/32
+    (16-byte loads), an inclusive shuffle scan over the lanes gives the counts from the
+    top, every lane walks its own bins, and the one lane whose range holds q hands its bin
+    and count to every lane (two warp reductions, in which every other lane adds nothing).
+    Every lane of the warp must call it; DecodeTopK.select calls it in warp 0 only."""
+    per = bins // 32
+    top = bins - 1 - per * lane
+    counts = []  # bin top - j
+    for v in range(per // 4):
+        words = shared_load_u32x4(hist + (top - 4 * v - 3) * 4)  # bins top - 4v - 3 .. top - 4v
+        counts += [Int32(words[3 - j]) for j in range(4)]
     total = counts[0]
-    for j in range(1, 8):
+    for j in range(1, per):
         total = total + counts[j]
     inclusive = warp_inclusive_sum(total, lane)
     first = inclusive - total  # the keys in the bins above this lane's
     found = Int32(-1)
     found_above = Int32(0)
     acc = first
-    for j in range(8):
+    for j in range(per):
         hit = (found < 0) & (acc + counts[j] >= q)
         found_above = _pick(hit, acc, found_above)
         found = _pick(hit, top - j, found)
@@ -570,18 +583,21 @@ class DecodeTopK:
                                  "(slot, warp) counts")
         # Shared memory, byte offsets; every size is a multiple of 16, so each region keeps
         # the stage's 16-byte alignment. "copies" .. "select" are zeroed at the start, before
-        # the cluster barrier's arrive, 16 bytes a store. "exchange" holds three histogram
-        # exchanges (2.5: a row's first selection uses 0 and 1, or 0 alone for the sampled
-        # attempt's one pass; the direct path after a fallback, whose attempt used only 0,
-        # uses 1 and 2, as do a streamed row's two passes after its one pass), five where the direct path first makes its passes from the top (token
-        # mode: its two windows, then the two), each a 256-bin total and a 256-bin
-        # prefix of the lower ranks. "maxima": each warp's largest top (the narrow pass from
-        # the top), written in staging and never again, so a peer may read it at any time
-        # after the first cluster barrier (token mode only). "select": the three one-copy
-        # histograms of the cutoff's selection (its window, then radix_select's two passes,
-        # 2.6); "sample_maxima": each warp's largest sample.
+        # the cluster barrier's arrive, 16 bytes a store. "copies": HIST_COPIES copies of the
+        # widest pass's bins. "exchange" holds three histogram exchanges (2.5: a row's first
+        # selection uses 0 and 1, or 0 alone for the sampled attempt's one pass; the direct
+        # path after a fallback, whose attempt used only 0, uses 1 and 2, as do a streamed
+        # row's two passes after its one pass), each a 256-bin total and a 256-bin prefix of
+        # the lower ranks; five where the direct path first makes its window from the top
+        # (token mode: a 512-bin total and prefix in two buffers, then the two passes).
+        # "maxima": each warp's largest top (the window from the top), written in staging
+        # and never again, so a peer may read it at any time after the first cluster
+        # barrier (token mode only). "select": the three one-copy histograms of the
+        # cutoff's selection (its window, then radix_select's two passes, 2.6);
+        # "sample_maxima": each warp's largest sample.
         exchanges = EXCHANGES + (2 if self.narrow_top else 0)
-        regions = (("stage", stage_bytes), ("copies", 256 * HIST_COPIES * 4), ("exchange", exchanges * 2048),
+        regions = (("stage", stage_bytes), ("copies", TOP_BINS * HIST_COPIES * 4),
+                   ("exchange", exchanges * BINS * 8),
                    ("misc", MISC_BYTES), ("select", 3072), ("grid", 1024), ("sample_maxima", 128)) + (
                    (("maxima", 128),) if self.narrow_top else ()) + (
                    ("samples", SAMPLES * 2), ("queue", slots * 2)) + index_regions
@@ -712,7 +728,7 @@ class DecodeTopK:
                     if lane == 0:
                         shared_store_u32(sm["sample_maxima"] + (tid >> 5) * 4, mine)
         if const_expr(self.narrow_top):
-            # The row's largest key M for the direct path's narrow pass from the top (2.5):
+            # The row's largest key M for the direct path's window from the top (2.5):
             # each warp's largest top in its own word of "maxima", read by row_max after
             # the CTA's barrier (and on a cluster, after a cluster barrier whose arrive
             # follows this store: release, then acquire in every peer: B0 on a direct row).
@@ -780,8 +796,9 @@ class DecodeTopK:
                                                                      self.row_max(sm, lane) if self.narrow_top
                                                                      else None)
                 else:
-                    # The passes from the top in exchanges 0 and 1, then the two passes in 2
-                    # and 3; each one buffer later after the attempt (whose one pass used 0).
+                    # The window from the top in exchanges 0 and 1 (its 512 bins), then the
+                    # two passes in 2 and 3; each one buffer later after the attempt (whose
+                    # one pass used 0).
                     unused_under, kth, above = self.select_write(sm, tid, lane, rank, tops, Int32(0),
                                                                  sm["exchange"] + sampled * 2048, start, count,
                                                                  length, nv, out_row, trace_row, False, False,
@@ -916,9 +933,9 @@ class DecodeTopK:
 
     # -- CTA-wide building blocks ------------------------------------------------------
     @cute.jit
-    def select(self, sm, tid, hist, q, prefix_of=None):
-        """(bin, count above, total) of the q-th largest in a 256-bin histogram, in every
-        thread; bin and above are meaningful only when q <= total. prefix_of = (buffer,
+    def select(self, sm, tid, hist, q, prefix_of=None, bins: cutlass.Constexpr = BINS):
+        """(bin, count above, total) of the q-th largest in a histogram of `bins` bins, in
+        every thread; bin and above are meaningful only when q <= total. prefix_of = (buffer,
         high): the row's last selection, whose bin is K's low byte; then (bin, above, keys
         > K before this CTA, keys == K before it), the last two from prefix. Warp 0
         selects, its lane 0 stores the answer (one 16-byte store), a CTA barrier, and every
@@ -931,10 +948,10 @@ class DecodeTopK:
         result = sm["misc"] + MISC_RESULT
         if tid < 32:
             lane = tid & 31
-            found, above, total = warp_select(hist, q, lane)
+            found, above, total = warp_select(hist, q, lane, bins)
             last = Int32(0)
             if const_expr(prefix_of is not None):
-                total, last = self.prefix(lane, prefix_of[0], prefix_of[1], found)
+                total, last = self.prefix(lane, prefix_of[0], prefix_of[1], found, bins)
             if lane == 0:
                 shared_store_u32x4(result, [found, above, total, last])
         cute.arch.sync_threads()
@@ -974,8 +991,8 @@ class DecodeTopK:
     def count_keys(self, hist, keys, stride, count, tid, lane, kind: cutlass.Constexpr, value):
         """Count keys[0:count] (shared Uint16, stride bytes apart) into the one-copy
         histogram at hist, by kind: SELECT_HIGH each key's high byte; SELECT_LOW the low
-        byte of the keys whose high byte is `value`; SELECT_WINDOW NARROW_SPAN - min(value -
-        key, NARROW_SPAN), `value` the largest key. Every warp runs the same trips (hist_add
+        byte of the keys whose high byte is `value`; SELECT_WINDOW window_bin(value, key,
+        NARROW_SPAN), `value` the largest key. Every warp runs the same trips (hist_add
         needs all 32 lanes): lanes past count read the last key and count nothing. A trip
         loads SELECT_BATCH keys before it counts any, so the loads overlap."""
         per_trip = SELECT_BATCH * self.threads
@@ -990,7 +1007,7 @@ class DecodeTopK:
                 elif const_expr(kind == SELECT_LOW):
                     hist_add(hist, key & 255, valid & _pick((key >> 8) == value, 1, 0), lane)
                 else:
-                    hist_add(hist, NARROW_SPAN - cutlass.min(value - key, Int32(NARROW_SPAN)), valid, lane)
+                    hist_add(hist, window_bin(value, key, NARROW_SPAN), valid, lane)
 
     @cute.jit
     def radix_select(self, sm, tid, keys, stride, count, q):
@@ -1088,11 +1105,11 @@ class DecodeTopK:
     @cute.jit
     def count_queued(self, sm, tid, lane, queued, lo, high, start, length, nv, kind: cutlass.Constexpr,
                      everything: cutlass.Constexpr, streamed: cutlass.Constexpr = False):
-        """A histogram pass over the queue into the 8-copy histogram: round r hands entry
+        """A histogram pass over the queue into the histogram copies: round r hands entry
         r T + t to thread t. Keys below lo are not counted; `kind` PASS_HIGH counts high
         bytes, PASS_LOW the low bytes of the keys whose high byte is high, PASS_NARROW key -
-        lo (2.5). everything: the direct path's queue, every vector of the chunk (entry e is
-        vector e; no queue)."""
+        lo, PASS_TOP the window from the top (2.5). everything: the direct path's queue,
+        every vector of the chunk (entry e is vector e; no queue)."""
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
             i = self.queue_entry(sm, entry, queued, everything or streamed)
@@ -1101,19 +1118,17 @@ class DecodeTopK:
 
     def count_vector(self, sm, tid, lane, words, g, present, lo, high, length, nv, kind, everything):
         """Count one vector a lane (global vector g, its words; present 0: nothing) into the
-        8-copy histogram, as count_queued's passes do; every lane of the warp calls it."""
+        histogram copies, as count_queued's passes do; every lane of the warp calls it."""
         bins = []
         oks = []
         for key, ok, unused in self.elements(words, g, length, nv):
             ok = ok & present
             if const_expr(not everything):  # the direct path's lo is 0, below no key
                 ok = ok & _pick(key >= lo, 1, 0)
-            if const_expr(kind == PASS_TOP or kind == PASS_BELOW):
-                # (PASS_TOP: lo >= every valid key; PASS_BELOW counts the keys <= lo alone. A
-                # lane not counted may have any bin: its add goes to the trash word)
-                bins.append(Int32(NARROW_SPAN) - cutlass.min(lo - key, Int32(NARROW_SPAN)))
-                if const_expr(kind == PASS_BELOW):
-                    ok = ok & _pick(key <= lo, 1, 0)
+            if const_expr(kind == PASS_TOP):
+                # (lo >= every valid key. A lane not counted may have any bin: its add goes
+                # to the trash word)
+                bins.append(window_bin(lo, key, TOP_SPAN))
                 oks.append(ok)
             elif const_expr(kind == PASS_NARROW):
                 # (a key below lo, not counted, may give a negative bin: its add goes to
@@ -1130,18 +1145,21 @@ class DecodeTopK:
 
     @cute.jit
     def hist_add_vector(self, hist, bins, oks, lane, warp_copy, trash):
-        """Count the valid bins of one vector a lane into the 8-copy histogram. Why a test
-        a vector, not a key: the pass is bound by instructions issued (a test a key made
-        it 5-15% slower, bench/NOTES.md session 6), and real indexer rows put a whole
-        warp's 256 keys in one high-byte bin, so one warp-wide test of all of them (two
-        redux.sync: the largest bin, then one sum of the keys counted and of the lanes
-        holding another bin) lets lane 0 make the warp's only add, into the warp's own
-        copy (warp mod 8); any other warp adds each valid key into copy lane mod 8
-        (bin-major, a bin's copies in 8 banks), with no test a key. Why the trash word: a
-        key that is not counted adds its 1 there instead of skipping its add, so the 8 adds
-        carry no predicate; ptxas turns each predicated add into a branch and a
-        reconvergence, and the unpredicated adds of 1 measured 1.7-8.4% faster to the end
-        of the row (bench/NOTES.md session 8). One trash word for all lanes, though their
+        """Count the valid bins of one vector a lane into the HIST_COPIES-copy histogram
+        (bin-major: a bin's copies are adjacent words). Why a test a vector, not a key: the
+        pass is bound by instructions issued (a test a key made it 5-15% slower,
+        bench/NOTES.md session 6), and real indexer rows put a whole warp's 256 keys in one
+        high-byte bin, so one warp-wide test of all of them (two redux.sync: the largest
+        bin, then one sum of the keys counted and of the lanes holding another bin) lets
+        lane 0 make the warp's only add, into the warp's own copy (warp mod HIST_COPIES);
+        any other warp adds each valid key into copy lane mod HIST_COPIES, with no test a
+        key. Why 4 copies, not 8: the adds took as long on crowded rows and the exchange's
+        sums 100-350 cycles less (bench/NOTES.md session 18), and 512 bins of the window
+        from the top fit in the same words. Why the trash word: a key that is not counted
+        adds its 1 there instead of skipping its add, so the 8 adds carry no predicate;
+        ptxas turns each predicated add into a branch and a reconvergence, and the
+        unpredicated adds of 1 measured 1.7-8.4% faster to the end of the row
+        (bench/NOTES.md session 8). One trash word for all lanes, though their
         adds meet at one address: a word a lane measured no faster (session 13)."""
         mine = Int32(-1)  # this lane's bin, if all its valid keys share one (-1: none valid)
         count = Int32(0)
@@ -1188,13 +1206,14 @@ class DecodeTopK:
         return i
 
     @cute.jit
-    def exchange(self, sm, tid, rank, buffer):
-        """Sum the 8 copies of each bin (zeroing them for the next pass) and add each
-        non-zero bin into the total of every CTA and into the prefix of every higher rank
-        (DSMEM reductions): after the next cluster barrier every CTA holds the cluster's
-        histogram and the histogram of the CTAs before it. A reduction sums counts and
-        decides nothing, so its order cannot change the answer."""
-        if tid < 256:
+    def exchange(self, sm, tid, rank, buffer, bins: cutlass.Constexpr = BINS):
+        """Sum the copies of each of the pass's `bins` bins (zeroing them for the next
+        pass) and add each non-zero bin into the total of every CTA (buffer's first `bins`
+        words) and into the prefix of every higher rank (its next `bins`; DSMEM
+        reductions): after the next cluster barrier every CTA holds the cluster's histogram
+        and the histogram of the CTAs before it. A reduction sums counts and decides
+        nothing, so its order cannot change the answer."""
+        if tid < bins:
             total = Int32(0)
             for h in cutlass.range_constexpr(HIST_COPIES // 4):  # a bin's copies: 16 bytes a load
                 address = sm["copies"] + tid * HIST_COPIES * 4 + h * 16
@@ -1207,25 +1226,30 @@ class DecodeTopK:
             for p in cutlass.range_constexpr(self.cluster if self.cluster > 1 else 0):
                 cluster_red(peer_address(buffer + tid * 4, Int32(p)), total, nonzero)
                 if const_expr(p > 0):
-                    cluster_red(peer_address(buffer + 1024 + tid * 4, Int32(p)), total,
+                    cluster_red(peer_address(buffer + (bins + tid) * 4, Int32(p)), total,
                                 nonzero & _pick(rank < p, 1, 0))
 
-    def prefix(self, lane, buffer, high, low):
+    def prefix(self, lane, buffer, high, low, bins):
         """(keys > K, keys == K) of the CTAs before this one, K = (high << 8) | low: the
         prefix bins above high of the first pass, above low of the second, and low's, in
         the calling warp (lane l sums bins 8l .. 8l + 7 of both, one warp reduction; select
-        calls it in warp 0). high None: the sampled attempt's one pass (2.5), K's bin low,
-        the bins above it and its own. At one CTA a row there are none: (0, 0)."""
+        calls it in warp 0). high None: a one-pass selection of `bins` bins (2.5: the
+        sampled attempt's narrow pass, the window from the top), K's bin low, the bins
+        above it (bins/32 a lane) and its own. At one CTA a row there are none: (0, 0)."""
         gt_base = Int32(0)
         eq_base = Int32(0)
         if const_expr(self.cluster > 1 and high is None):
-            first = shared_load_u32x4(buffer + 1024 + lane * 32) + shared_load_u32x4(buffer + 1024 + lane * 32 + 16)
+            per = bins // 32
+            prefix = buffer + bins * 4
+            first = []
+            for v in range(per // 4):
+                first += shared_load_u32x4(prefix + (lane * per + 4 * v) * 4)
             acc = Int32(0)
-            for j in range(8):
-                acc = acc + _pick(lane * 8 + j > low, Int32(first[j]), 0)
+            for j in range(per):
+                acc = acc + _pick(lane * per + j > low, Int32(first[j]), 0)
             gt_base = cute.arch.warp_redux_sync(acc, "add")
             # (no bin, low = -1: an underflow, whose bases nothing reads)
-            eq_base = shared_load_u32(buffer + 1024 + cutlass.max(low, Int32(0)) * 4)
+            eq_base = shared_load_u32(prefix + cutlass.max(low, Int32(0)) * 4)
         elif const_expr(self.cluster > 1):
             first = shared_load_u32x4(buffer + 1024 + lane * 32) + shared_load_u32x4(buffer + 1024 + lane * 32 + 16)
             second = (shared_load_u32x4(buffer + 2048 + 1024 + lane * 32)
@@ -1351,10 +1375,9 @@ class DecodeTopK:
         the slots a direct row fills). The sampled attempt makes one pass of key - lo
         instead of the two (narrow_write); where it cannot place K, a staged row takes the
         direct path and a streamed row the two passes over its queues. top_key (the direct
-        path over the stage, token mode): the row's largest key M, from which a narrow pass
-        first tries to place K in `buffer` (2.5), a second over the next NARROW_SPAN key
-        values below in the next buffer where K lies NARROW_SPAN or more steps below M, and
-        the two passes in the two after it where K lies 2 NARROW_SPAN or more below.
+        path over the stage, token mode): the row's largest key M, from which one pass of
+        TOP_BINS bins first tries to place K in `buffer` (2.5, two buffers wide), and the two
+        passes in the two after it where K lies TOP_SPAN or more steps below M.
         streamed: a streamed row's queue of `count` vectors in the stage (2.12), whose keys
         == lo left out of it (MISC_DROPPED) count towards the two passes' underflow test
         (the narrow pass needs none of them: narrow_write), and whose trace counts the
@@ -1370,27 +1393,17 @@ class DecodeTopK:
             self.stamp(trace_row, rank, tid, "top")  # M read (after B0's wait on a cluster)
             self.first_pass(sm, tid, lane, rank, queued, top_key, buffer, start, length, nv, trace_row, PASS_TOP,
                             attempt, streamed)
-            b, above, gt_base, eq_base = self.select(sm, tid, buffer, Int32(self.k), (buffer, None))
-            kth = top_key - NARROW_SPAN + b
-            if b < 1:
-                # The second window (2.5): the NARROW_SPAN key values below the first's, the
-                # `above` keys of the first's bins 1-255 set aside; its prefixes take theirs
-                # (the two passes' prefix with K's "high" bin 0 of the first window).
-                below = top_key - NARROW_SPAN
-                self.first_pass(sm, tid, lane, rank, queued, below, buffer + 2048, start, length, nv, trace_row,
-                                PASS_BELOW, attempt, streamed)
-                b, above_low, gt_base, eq_base = self.select(sm, tid, buffer + 2048, self.k - above,
-                                                             (buffer, Int32(0)))
-                kth = below - NARROW_SPAN + b
-                above = above + above_low
+            b, above, gt_base, eq_base = self.select(sm, tid, buffer, Int32(self.k), (buffer, None), TOP_BINS)
+            kth = top_key - TOP_SPAN + b
             if b >= 1:
                 self.final_write(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
                                  trace_row, rank, everything, streamed, tops, count)
             else:
-                self.first_pass(sm, tid, lane, rank, queued, lo, buffer + 4096, start, length, nv, trace_row,
-                                PASS_HIGH, attempt, streamed)
-                status, kth, above = self.passes_write(sm, tid, lane, rank, tops, queued, lo, buffer + 4096, start,
-                                                       count, length, nv, out_row, trace_row, everything, streamed)
+                passes = buffer + TOP_BINS * 8
+                self.first_pass(sm, tid, lane, rank, queued, lo, passes, start, length, nv, trace_row, PASS_HIGH,
+                                attempt, streamed)
+                status, kth, above = self.passes_write(sm, tid, lane, rank, tops, queued, lo, passes, start, count,
+                                                       length, nv, out_row, trace_row, everything, streamed)
         else:
             first_kind = PASS_HIGH
             if const_expr(narrow):
@@ -1436,7 +1449,7 @@ class DecodeTopK:
                 cluster_red(peer_address(sm["misc"] + MISC_TRACE + 4, Int32(0)), eq, first)
         cute.arch.sync_threads()
         self.stamp(trace_row, rank, tid, "pass1")
-        self.exchange(sm, tid, rank, buffer)
+        self.exchange(sm, tid, rank, buffer, TOP_BINS if kind == PASS_TOP else BINS)
         self.barrier()  # every CTA's pass-1 reductions complete before any total is read
         self.stamp(trace_row, rank, tid, "exchange1")
         if const_expr(attempt and self.trace):
@@ -1796,7 +1809,7 @@ class DecodeTopK:
     @cute.jit
     def global_direct(self, sm, tid, lane, rank, row_logits, length, nv, start, chunk, out_row, trace_row):
         """The direct path from global memory (2.12 step 5): passes 1 and 2 over every key
-        of each CTA's chunk, streamed, into the 8-copy histogram and exchange buffers 1 and
+        of each CTA's chunk, streamed, into the histogram copies and exchange buffers 1 and
         2 (the attempt used at most 0), then each CTA's compaction with K and k - A into
         the output row, counted from the keys > K and == K of the CTAs before it (the
         exchanges' prefixes). Returns (K, A)."""

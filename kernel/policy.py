@@ -40,6 +40,11 @@ Q_MIN = {512: 6, 1024: 8, 2048: 11}
 NARROW_SPAN = 255
 if not 0 < NARROW_SPAN <= 255:  # its bin must be one of the pass's 256 (the kernel's and the model's)
     raise ValueError(f"NARROW_SPAN = {NARROW_SPAN} is outside [1, 255]")
+# The direct path's window from the row's largest key M (token mode, SPEC.md 2.5): one
+# 512-bin pass of TOP_SPAN - min(M - key, TOP_SPAN) places K exactly where it lies less
+# than TOP_SPAN steps below M (Gaussian rows of 8,192 at k = 2048: 197-351 steps); else the
+# two passes. Its TOP_SPAN + 1 bins: 16 a lane of the selecting warp (4 16-byte loads).
+TOP_SPAN = 511
 KS = (512, 1024, 2048)
 MAX_WIDTH = 1048576
 WAVES_16 = 2  # the 16-CTA build takes at most two waves
@@ -250,31 +255,41 @@ def cluster_for(rows, width, resident):
 
 
 # Where token batches stream (SPEC.md 2.1, 2.12; measured on the H200, bench/NOTES.md
-# sessions 9, 10 and 16): STREAM_ROWS rows or more wider than STREAM_WIDTH logits, rows
-# wider than 65,536 logits past WAVES_2 waves of the resident 2x512x16 clusters, and rows
-# past the 16-CTA build's WAVES_16 waves. They take 1x512x4 when 2x512x4's clusters
-# would run in waves and the rows are at most STREAM_1_WIDTH logits wide, else 2x512x4
-# (past it one CTA's queue of STREAM_QUEUE vectors overflows on crowded rows: about 1 in
-# 256 at 524,288 logits, rho 0.999, k = 2048, and 8% of 1,048,576-logit rows at k = 2048;
-# a batch waits for its slowest row, bench/NOTES.md session 11).
+# sessions 9, 10, 16 and 19): STREAM_ROWS rows or more wider than STREAM_WIDTH logits, rows
+# wider than 65,536 logits where 2x512x16 would take at least STREAM_WAVE_RATIO times the
+# waves of the streamed build, and rows past the 16-CTA build's WAVES_16 waves. They take
+# 1x512x4 when 2x512x4's clusters would run in waves and the rows are at most
+# STREAM_1_WIDTH logits wide, else 2x512x4 (past it one CTA's queue of STREAM_QUEUE vectors
+# overflows on crowded rows: about 1 in 256 at 524,288 logits, rho 0.999, k = 2048, and 8%
+# of 1,048,576-logit rows at k = 2048; a batch waits for its slowest row, bench/NOTES.md
+# session 11).
 STREAM_ROWS = 32
 STREAM_WIDTH = 131072
 STREAM_1_WIDTH = 262144
-# Up to STREAM_WIDTH, 2x512x16 in waves beat one wave of 1x512x4 at 96-288 rows (up to 25%,
-# rho 0.999 k512 excepted) and tied it at 384-512 (session 16): five waves, then the stream.
-WAVES_2 = 5
+# Up to STREAM_WIDTH, since the streamed builds' narrow pass (kernel 5a264f4357d9): at 72-128
+# rows, 2x512x16 in two waves against one of 1x512x4, the stream took 0.81-0.97 of the time;
+# at 160 (three against two) 0.94-1.15; at 256 (four against two) 0.77-0.91 (session 19).
+STREAM_WAVE_RATIO = 2
+
+
+def waves(rows, resident):
+    """The waves in which `rows` rows run on a build that keeps `resident` clusters."""
+    return -(-rows // resident)
 
 
 def streams_for(rows, width, resident, block_mode=False):
     """Whether rows x width takes a streamed build (SPEC.md 2.1): token mode only, rows
-    wider than 65,536 logits, and STREAM_ROWS rows or more past STREAM_WIDTH logits, or
-    more rows than WAVES_2 waves of 2x512x16 hold up to it, or rows past the 16-CTA
-    build's WAVES_16 waves. (resident is asked only where its answer decides: under the JIT a
-    query compiles the build.)"""
+    wider than 65,536 logits, and STREAM_ROWS rows or more past STREAM_WIDTH logits, or up
+    to it where 2x512x16 would run in at least STREAM_WAVE_RATIO times the waves of the
+    streamed build (stream_build_for), or rows past the 16-CTA build's WAVES_16 waves.
+    (resident is asked only where its answer decides: under the JIT a query compiles the
+    build.)"""
     if block_mode or width <= Build.of(1, 16).stage:
         return False
     if width <= STREAM_WIDTH:
-        return rows > WAVES_2 * resident(Build.of(2, 16))
+        staged = resident(Build.of(2, 16))
+        return rows > staged and waves(rows, staged) >= STREAM_WAVE_RATIO * waves(
+            rows, resident(stream_build_for(rows, width, resident)))
     if rows >= STREAM_ROWS:
         return True
     return width > Build.of(8, 16).stage and rows > WAVES_16 * resident(Build.of(16, 16))

@@ -3,7 +3,7 @@
 `simulate` runs, for each row, what the kernel's cluster does: the chunks of the valid
 length (2.2), the path choice (2.3), the sampled path with its 2048 samples and cutoff
 (2.4), the selection every CTA runs on its own chunk (2.5): its index-ordered queue, two
-histogram passes with 8 copies (2.8), the exchange that gives every CTA the cluster's
+histogram passes with 4 copies (2.8), the exchange that gives every CTA the cluster's
 histogram and the prefix of the CTAs below it, and the ranked write of its own selected
 keys at their canonical positions (1.4, 2.7); the selection of the cutoff (2.6)
 and the underflow fallback; and on the streamed builds (1x512x4, 2x512x4: 2.12) each
@@ -44,7 +44,9 @@ PATH_SHORT, PATH_SAMPLED, PATH_DIRECT = 0, 1, 2
 # the cutoff (2.5)
 REASON_NONE, REASON_OVERFLOW, REASON_UNDERFLOW = 0, 1, 2
 NARROW_SPAN = policy.NARROW_SPAN  # the sampled attempt's one pass: bins cutoff + 0 .. 254, then the rest
-COPIES = 8  # histogram copies of the selection's passes (2.8)
+TOP_SPAN = policy.TOP_SPAN  # the direct path's window from the top: bins M - 510 .. M, then the rest
+BINS = TOP_SPAN + 1  # the widest pass's bins (the window from the top); the others use 256
+COPIES = 4  # histogram copies of the selection's passes (2.8)
 WRITE_QUEUE_VECTORS = policy.WRITE_QUEUE_VECTORS  # the direct write queues past 2 vectors a thread (2.7)
 
 # ---------------------------------------------------------------------------------------
@@ -90,7 +92,7 @@ SAMPLE_TOP_HALF = _mutant("sample_top_half",
 SELECT_BIN_STRICT = _mutant("select_bin_strict", "select_bin takes the first bin with sum(hist[b:]) > q (off by one)")
 SELECT_BIN_ABOVE = _mutant("select_bin_above_inclusive", "select_bin's above includes the bin itself")
 HIST_COPY_DROP = _mutant("hist_copy_dropped", "the selection's histograms sum copies 0..6, dropping copy 7")
-HIST_COPY_WARP = _mutant("hist_copy_by_warp", "histogram copy = warp index instead of lane mod 8 (copies >= 8 lost)")
+HIST_COPY_WARP = _mutant("hist_copy_by_warp", "histogram copy = warp index instead of lane mod 4 (copies >= 4 lost)")
 HIST_CTA_DROP = _mutant("hist_cta_dropped", "the last CTA's histogram never reaches the cluster histogram")
 NAN_AS_NEG = _mutant("nan_as_negative", "NaN keyed as if its sign bit were set")
 SIGNED_ZERO = _mutant("signed_zero_equal", "-0 keyed as +0")
@@ -173,14 +175,15 @@ NARROW_EQ_NEXT = _mutant("narrow_eq_base_next_bin", "the narrow pass's eq base r
 NARROW_SPAN_SHORT = _mutant("narrow_span_254", "the narrow pass overflows from bin 254 (K >= cutoff + 254)")
 NARROW_BIN_SHIFT = _mutant("narrow_bin_off_by_one", "the narrow pass bins key - cutoff + 1 (K one above)")
 # the direct path's narrow pass from the row's largest key (2.5, token mode)
-TOP_BIN0_RESOLVED = _mutant("top_bin0_resolved", "the narrow pass from the top takes K from its bin 0 (K = M - 255)")
-TOP_OFF_BY_ONE = _mutant("top_off_by_one", "the narrow pass from the top places K one step high (M - 254 + b)")
+TOP_BIN0_RESOLVED = _mutant("top_bin0_resolved", "the window from the top takes K from its bin 0 (K = M - 511)")
+TOP_OFF_BY_ONE = _mutant("top_off_by_one", "the window from the top places K one step high (M - 510 + b)")
 TOP_MAX_PARTIAL = _mutant("top_max_partial", "the row's largest key M taken without each chunk's last vector")
 TOP_MAX_LOCAL = _mutant("top_max_local", "the row's largest key M taken from CTA 0's chunk alone")
-TOP_PREFIX_NONE = _mutant("top_prefix_none", "the narrow pass from the top writes without the lower ranks' prefixes")
-BELOW_ABOVE_COUNTED = _mutant("below_above_counted", "the second window from the top counts the first's keys too")
-BELOW_NEED_K = _mutant("below_need_k", "the second window from the top selects the k-th key, not the (k - A)-th")
-BELOW_GT_SECOND_ONLY = _mutant("below_gt_second_only", "the second window's gt base omits the first window's keys")
+TOP_PREFIX_NONE = _mutant("top_prefix_none", "the window from the top writes without the lower ranks' prefixes")
+TOP_SELECT_LOW_HALF = _mutant("top_select_low_half",
+                              "the window from the top selects over its bins 0-255 alone (256 bins, not 512)")
+TOP_PREFIX_LOW_HALF = _mutant("top_prefix_low_half",
+                              "the window from the top's gt base sums the prefix's bins up to 255 alone")
 # the direct path's write queue (2.7)
 WRITE_QUEUE_ABOVE = _mutant("write_queue_above", "the direct write queues the vectors of top > K (not >=)")
 WRITE_QUEUE_PASS1 = _mutant("write_queue_from_pass1",
@@ -242,7 +245,7 @@ def _chunk(c, nv, C, mutant):
 def _select_bin(hist, q, mutant):
     """(b, above): sum(hist[b+1:]) < q <= sum(hist[b:]), above = sum(hist[b+1:])."""
     above = np.int64(0)
-    for b in range(255, -1, -1):
+    for b in range(len(hist) - 1, -1, -1):
         h = hist[b]
         hit = above + h >= q
         if mutant == SELECT_BIN_STRICT:
@@ -333,16 +336,14 @@ def _queue(top, start, nl, T, V, cutoff, mutant, queue):
 @njit(cache=True)
 def _pass(ekey, ecnt, W, start, queue, qlen, T, lo, high, mutant, copies, hist):
     """One histogram pass of a CTA over its queue: entry x is unpacked by thread x mod T
-    (round x // T), which counts into copy (lane mod 8). Keys below lo are not counted
-    (but for high == -3 and -4, whose lo is the row's largest key or the top of the window
-    below it)
-    (lo: the sampled cutoff, 0 on the direct path); high == -1: the high byte of every key;
-    high == -2 (the sampled attempt's narrow pass, 2.5): key - lo, the keys NARROW_SPAN or
-    more above lo all in the last bin; high == -3 (the direct path's narrow pass from
-    the top, lo the row's largest key M): NARROW_SPAN - (M - key), the keys NARROW_SPAN
-    or more below M all in bin 0; high == -4 (its second window, lo = M - NARROW_SPAN): the
-    same over the keys <= lo alone; else the low byte of the keys whose high byte is high.
-    hist = the sum of the copies."""
+    (round x // T), which counts into copy (lane mod COPIES). Keys below lo (the sampled
+    cutoff, 0 on the direct path) are not counted, but for high == -3, whose lo is the
+    row's largest key; high == -1: the high byte of every key; high == -2 (the sampled
+    attempt's narrow pass, 2.5): key - lo, the keys NARROW_SPAN or more above lo all in the
+    last bin; high == -3 (the direct path's window from the top, lo the row's largest key
+    M): TOP_SPAN - (M - key), the keys TOP_SPAN or more below M all in bin 0; else the low
+    byte of the keys whose high byte is high. hist = the sum of the copies (BINS bins, the
+    ones a pass does not use 0)."""
     copies[:, :] = 0
     for x in range(qlen):
         t = x % T
@@ -352,13 +353,11 @@ def _pass(ekey, ecnt, W, start, queue, qlen, T, lo, high, mutant, copies, hist):
         g = start + queue[x]
         for e in range(ecnt[g]):
             kk = ekey[g * W + e]
-            if kk < lo and high > -3 and mutant != PASS_CUTOFF_IGNORED:  # (-3, -4: keys below lo count)
+            if kk < lo and high > -3 and mutant != PASS_CUTOFF_IGNORED:  # (-3: keys below lo count)
                 continue
-            if high == -4 and kk > lo and mutant != BELOW_ABOVE_COUNTED:
-                continue  # the second window from the top: the keys above lo were the first's
-            if high <= -3:  # the narrow pass from the top: lo is M (or M - NARROW_SPAN)
+            if high == -3:  # the window from the top: lo is M
                 d = max(lo - kk, 0)  # (kk > lo: only a mutant gets here)
-                copies[cp, NARROW_SPAN - min(d, NARROW_SPAN)] += 1
+                copies[cp, TOP_SPAN - min(d, TOP_SPAN)] += 1
             elif high == -2:
                 d = max(kk - lo, 0)  # (kk < lo: only a mutant counts it)
                 if mutant == NARROW_BIN_SHIFT:
@@ -373,7 +372,7 @@ def _pass(ekey, ecnt, W, start, queue, qlen, T, lo, high, mutant, copies, hist):
             elif (kk >> 8) == high or mutant == DIRECT_PASS2_ALL:
                 copies[cp, kk & 0xFF] += 1
     used = COPIES - 1 if mutant == HIST_COPY_DROP else COPIES
-    for b in range(256):
+    for b in range(BINS):
         sm = 0
         for cpy in range(used):
             sm += copies[cpy, b]
@@ -390,7 +389,7 @@ def _exchange(local, C, slot, mutant, total, prefix):
     for c in range(C):
         if mutant == HIST_CTA_DROP and c == C - 1:
             continue  # the last rank's reds lost
-        for b in range(256):
+        for b in range(BINS):
             total[b] += local[c, b]
         for p in range(C):
             before = c < p
@@ -401,7 +400,7 @@ def _exchange(local, C, slot, mutant, total, prefix):
             elif mutant == ARRIVAL_CTA_ORDER:  # the order of arrival, rotated by the batch slot
                 before = (c + slot) % C < (p + slot) % C
             if before:
-                for b in range(256):
+                for b in range(BINS):
                     prefix[p, b] += local[c, b]
 
 
@@ -613,10 +612,10 @@ def _selection(ekey, ecnt, W, top, nv, k, block, C, T, V, U, lo, slot, mutant, o
 @njit(cache=True)
 def _narrow_bases(prefix1, c, b, mutant):
     """(gt_base, eq_base) of CTA c after a one-pass selection (2.5: the sampled attempt's
-    narrow pass, the first window from the top), K in bin b: the keys of the bins above it
-    and of its own in the CTAs before c."""
+    narrow pass, the window from the top), K in bin b: the keys of the bins above it and of
+    its own in the CTAs before c."""
     gt_base = 0
-    for j in range(b if mutant == NARROW_GT_INCLUSIVE else b + 1, 256):
+    for j in range(b if mutant == NARROW_GT_INCLUSIVE else b + 1, 256 if mutant == TOP_PREFIX_LOW_HALF else BINS):
         gt_base += prefix1[c, j]
     return gt_base, prefix1[c, min(b + 1, 255) if mutant == NARROW_EQ_NEXT else b]
 
@@ -659,15 +658,13 @@ def _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue,
 
 @njit(cache=True)
 def _narrow_top(ekey, ecnt, W, top, nv, k, block, C, T, V, slot, mutant, out, tr, queue, qlens, local, total,
-                total2, prefix1, prefix2, copies, cg, ce, direct):
-    """The direct path's narrow pass from the top (2.5): M the row's largest key (the
-    largest top of the whole row, every CTA's chunk), each CTA's histogram of NARROW_SPAN -
-    min(M - key, NARROW_SPAN) over every key of its chunk (queue[c]), the exchange, K's bin
-    b; b >= 1: K = M - NARROW_SPAN + b exactly and each CTA writes its keys (2.7, with the
-    direct write's queue) from the prefixes of that one pass; b = 0 (K at least NARROW_SPAN
-    steps below M): a second window over the keys <= M - NARROW_SPAN (the A keys above set
-    aside), which places K the same way where its bin b2 >= 1; else nothing written, and
-    the row's two passes follow. Returns (placed, wild)."""
+                prefix1, copies, cg, ce, direct):
+    """The direct path's window from the top (2.5): M the row's largest key (the largest top
+    of the whole row, every CTA's chunk), each CTA's 512-bin histogram of TOP_SPAN - min(M -
+    key, TOP_SPAN) over every key of its chunk (queue[c]), the exchange, K's bin b; b >= 1:
+    K = M - TOP_SPAN + b exactly and each CTA writes its keys (2.7, with the direct write's
+    queue) from the prefixes of that one pass; b = 0 (K at least TOP_SPAN steps below M):
+    nothing written, and the row's two passes follow. Returns (placed, wild)."""
     M = -1
     for c in range(C):
         start, end = _chunk(c, nv, C, mutant)
@@ -681,35 +678,17 @@ def _narrow_top(ekey, ecnt, W, top, nv, k, block, C, T, V, slot, mutant, out, tr
         start, end = _chunk(c, nv, C, mutant)
         _pass(ekey, ecnt, W, start, queue[c], qlens[c], T, M, -3, mutant, copies, local[c])
     _exchange(local, C, slot, mutant, total, prefix1)
-    b, A = _select_bin(total, k, mutant)
-    K = M - NARROW_SPAN + b + (1 if mutant == TOP_OFF_BY_ONE else 0)
-    b2 = -1  # K's bin in the second window, where the first could not place K
+    b, A = _select_bin(total[:256] if mutant == TOP_SELECT_LOW_HALF else total, k, mutant)
     if b < 1 and mutant != TOP_BIN0_RESOLVED:
-        # The second window: the NARROW_SPAN key values below the first's, the A keys of
-        # the first's bins 1-255 set aside.
-        top2 = M - NARROW_SPAN
-        for c in range(C):
-            start, end = _chunk(c, nv, C, mutant)
-            _pass(ekey, ecnt, W, start, queue[c], qlens[c], T, top2, -4, mutant, copies, local[c])
-        _exchange(local, C, slot, mutant, total2, prefix2)
-        b2, A2 = _select_bin(total2, k if mutant == BELOW_NEED_K else k - A, mutant)
-        if b2 < 1:
-            return False, 0
-        K = top2 - NARROW_SPAN + b2
-        A += A2
+        return False, 0
+    K = M - TOP_SPAN + b + (1 if mutant == TOP_OFF_BY_ONE else 0)
     tr[6] = K
     tr[7] = A
     wild = 0
     for c in range(C):
         start, end = _chunk(c, nv, C, mutant)
-        if b2 >= 1:  # the two passes' bases, the first window's bin 0 as K's "high byte"
-            gt_base, eq_base = _bases(prefix1, prefix2, c, 255 if mutant == BELOW_GT_SECOND_ONLY else 0, b2,
-                                      mutant)
-            eq_total = total2[b2]
-        else:
-            gt_base, eq_base = (0, 0) if mutant == TOP_PREFIX_NONE else _narrow_bases(prefix1, c, b, mutant)
-            eq_total = total[b]
-        wild += _direct_write(ekey, ecnt, W, top, start, end, T, V, K, A, k, gt_base, eq_base, eq_total, direct, -1,
+        gt_base, eq_base = (0, 0) if mutant == TOP_PREFIX_NONE else _narrow_bases(prefix1, c, b, mutant)
+        wild += _direct_write(ekey, ecnt, W, top, start, end, T, V, K, A, k, gt_base, eq_base, total[b], direct, -1,
                               mutant, out, queue[c], qlens[c], cg, ce, block)
     return True, wild
 
@@ -735,9 +714,9 @@ def _select(ekey, ecnt, W, top, nv, k, block, C, T, V, lo, slot, mutant, out, tr
         tr[5] = E
         return _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, 0, local,
                        total, prefix1, copies, cg, ce)
-    if direct > 0 and not block:  # token mode, over the stage: the narrow pass from the top first
+    if direct > 0 and not block:  # token mode, over the stage: the window from the top first
         placed, wild = _narrow_top(ekey, ecnt, W, top, nv, k, block, C, T, V, slot, mutant, out, tr, queue, qlens,
-                                   local, total, total2, prefix1, prefix2, copies, cg, ce, direct)
+                                   local, total, prefix1, copies, cg, ce, direct)
         if placed:
             return 0, wild
     return _selection(ekey, ecnt, W, top, nv, k, block, C, T, V, 0, lo, slot, mutant, out, tr, queue, qlens,
@@ -1099,12 +1078,12 @@ def _simulate_rows(logits, lengths, k, block, C, T, V, DM, QM, U, QC, mutant, ou
     # entries, so a store past it is seen)
     queue = np.zeros((C, QC if QC else T * V + 64), np.int64)
     qlens = np.zeros(C, np.int64)
-    local = np.zeros((C, 256), np.int64)
-    total = np.zeros(256, np.int64)
-    total2 = np.zeros(256, np.int64)
-    prefix1 = np.zeros((C, 256), np.int64)
-    prefix2 = np.zeros((C, 256), np.int64)
-    copies = np.zeros((32, 256), np.int64)
+    local = np.zeros((C, BINS), np.int64)
+    total = np.zeros(BINS, np.int64)
+    total2 = np.zeros(BINS, np.int64)
+    prefix1 = np.zeros((C, BINS), np.int64)
+    prefix2 = np.zeros((C, BINS), np.int64)
+    copies = np.zeros((32, BINS), np.int64)
     cg = np.zeros(T, np.int64)
     ce = np.zeros(T, np.int64)
     samples = np.zeros(SAMPLES, np.int64)

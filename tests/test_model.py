@@ -134,16 +134,19 @@ def test_policy_chooses_the_build():
     with pytest.raises(ValueError, match="rows"):
         resolve_build(5, 600000, resident=lambda b: 2, block_mode=True)
     # STREAM_ROWS rows wider than STREAM_WIDTH stream in token mode only: on 2x512x4 while
-    # its clusters are resident, else on 1x512x4; up to STREAM_WIDTH, rows past WAVES_2
-    # waves of the resident 2x512x16 clusters stream
+    # its clusters are resident, else on 1x512x4; up to STREAM_WIDTH, rows stream where
+    # 2x512x16 would take at least STREAM_WAVE_RATIO times the streamed build's waves
     wide = policy.STREAM_WIDTH + 8
     assert resolve_build(policy.STREAM_ROWS, wide) == policy.STREAM_2
     assert resolve_build(policy.STREAM_ROWS, wide, resident=lambda b: 1) == policy.STREAM
     assert not resolve_build(policy.STREAM_ROWS, wide, block_mode=True).streams
     assert not resolve_build(policy.STREAM_ROWS - 1, wide).streams
-    past = policy.WAVES_2 * 2 + 1
-    assert resolve_build(past, policy.STREAM_WIDTH, resident=lambda b: 2) == policy.STREAM
-    assert resolve_build(past - 1, policy.STREAM_WIDTH, resident=lambda b: 2) == (2, 512, 16)
+    two16 = policy.Build.of(2, 16)
+    resident = lambda b: 2 if b == two16 else 4  # noqa: E731
+    assert not resolve_build(2, policy.STREAM_WIDTH, resident=resident).streams  # one wave each
+    assert resolve_build(4, policy.STREAM_WIDTH, resident=resident) == policy.STREAM_2  # two against one
+    assert not resolve_build(5, policy.STREAM_WIDTH, resident=resident).streams  # three against two
+    assert resolve_build(8, policy.STREAM_WIDTH, resident=resident) == policy.STREAM  # four against two
     assert not resolve_build(3, policy.Build.of(1, 16).stage, resident=lambda b: 2).streams
 
 
