@@ -77,9 +77,8 @@ def expected_streams(rows, width, resident, block_mode=False):
     if block_mode or width <= EDGE_1:
         return False
     if width <= STREAM_WIDTH:
-        streamed = policy.Build(1, 512, 4) if expected_stream_build(rows, width, resident) == "1x512x4" else (
-            policy.Build(2, 512, 4))
-        return math.ceil(rows / resident(policy.Build(2, 512, 16))) >= WAVE_RATIO * math.ceil(rows / resident(streamed))
+        streamed = resident(policy.Build.parse(expected_stream_build(rows, width, resident)))
+        return math.ceil(rows / resident(policy.Build(2, 512, 16))) >= WAVE_RATIO * math.ceil(rows / streamed)
     return rows >= STREAM_ROWS or (width > EDGE_16 and rows > 2 * resident(policy.Build(16, 512, 16)))
 
 

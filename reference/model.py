@@ -274,6 +274,14 @@ def _radix_select(keys, count, q, mutant):
 
 
 @njit(cache=True)
+def _window_bin(top, key, span):
+    """A key's bin in a window of span + 1 bins from top down (the kernel's window_bin):
+    top in bin span, every key from top - span down in bin 0; a key above top (only a
+    mutant's) in bin span too."""
+    return span - min(max(top - key, 0), span)
+
+
+@njit(cache=True)
 def _sample_cutoff(samples, q, mutant):
     """The sampled cutoff, the q-th largest of the 2048 samples (2.6): one 256-bin pass of
     NARROW_SPAN - min(Ms - key, NARROW_SPAN) from the largest sample Ms; its bin b >= 1
@@ -283,7 +291,7 @@ def _sample_cutoff(samples, q, mutant):
         top = max(top, samples[i])
     h = np.zeros(256, np.int64)
     for i in range(SAMPLES):
-        h[NARROW_SPAN - min(max(top - samples[i], 0), NARROW_SPAN)] += 1  # a key above Ms: the mutant's
+        h[_window_bin(top, samples[i], NARROW_SPAN)] += 1
     b, _ = _select_bin(h, q, mutant)
     if b >= 1 or mutant == SAMPLE_TOP_BIN0:
         return top - NARROW_SPAN + b + (1 if mutant == SAMPLE_TOP_OFF else 0)
@@ -356,8 +364,7 @@ def _pass(ekey, ecnt, W, start, queue, qlen, T, lo, high, mutant, copies, hist):
             if kk < lo and high > -3 and mutant != PASS_CUTOFF_IGNORED:  # (-3: keys below lo count)
                 continue
             if high == -3:  # the window from the top: lo is M
-                d = max(lo - kk, 0)  # (kk > lo: only a mutant gets here)
-                copies[cp, TOP_SPAN - min(d, TOP_SPAN)] += 1
+                copies[cp, _window_bin(lo, kk, TOP_SPAN)] += 1
             elif high == -2:
                 d = max(kk - lo, 0)  # (kk < lo: only a mutant counts it)
                 if mutant == NARROW_BIN_SHIFT:
