@@ -189,6 +189,17 @@ CONFIGS["direct32k"] = [
     (1, 32768, 2048, False, (8, 8), {"data": "gaussian"}), (32, 32768, 512, False, (2, 8), {"data": "gaussian"}),
     (8, 32768, 2048, False, (8, 8), {"data": "rho0.999"}), (64, 8192, 512, False, (2, 8), {})]
 
+# Session 20: the register build (1x1024x1, SPEC 2.13) against the policy's builds at 8,192.
+CONFIGS["register"] = [
+    (rows, 8192, k, False, build, {} if data == "rho0.9" else {"data": data})
+    for data in ("rho0.9", "rho0.999", "gaussian") for rows, k in ((1, 512), (1, 2048), (64, 512), (128, 2048))
+    for build in ((1, 1), (2, 8) if rows <= 64 else (1, 8))]
+# ... four of them, for the gate's run (session 20)
+CONFIGS["register-short"] = [
+    (rows, 8192, k, False, build, {"data": "gaussian"}) for rows, k in ((1, 2048), (64, 512), (128, 2048))
+    for build in ((1, 1), (2, 8) if rows <= 64 else (1, 8))] + [(1, 8192, 512, False, (1, 1), {}),
+                                                                 (1, 8192, 512, False, (2, 8), {})]
+
 
 def profile(rows, width, k, block_mode, build, overrides, timer=None):
     """Print one configuration's median stamps and the paths its rows took (timer: also its
@@ -199,9 +210,9 @@ def profile(rows, width, k, block_mode, build, overrides, timer=None):
     threads = overrides.pop("threads", None)
     data = overrides.pop("data", "rho0.9")
     if threads is not None:
-        dtk.threads_for = lambda c: threads if c == cluster else own(c)
+        dtk.threads_for = lambda c, v=None: threads if c == cluster else own(c, v)
     try:
-        topk = dtk.DecodeTopK(k, cluster, vectors, block_mode, profile=True)
+        topk = dtk.make_decode_topk(k, cluster, vectors, block_mode, profile=True)
     finally:
         dtk.threads_for = own
     for name, value in overrides.items():

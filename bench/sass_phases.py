@@ -71,7 +71,7 @@ def profile_cubin(k, cluster, vectors, block_mode, arch):
 
     from decode_topk.kernel import decode_topk_cute as dtk
 
-    topk = dtk.DecodeTopK(k, cluster, vectors, block_mode, profile=True)
+    topk = dtk.make_decode_topk(k, cluster, vectors, block_mode, profile=True)
     compiled = cute.compile(topk, *dtk.fake_arguments(k, topk.trace_width), options=f"--gpu-arch {arch}")
     return compiled.artifacts.CUBIN
 

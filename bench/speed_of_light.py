@@ -32,7 +32,7 @@ class SpeedOfLight:
     with DecodeTopK's launch shape (k, cluster, vector_count as DecodeTopK's)."""
 
     def __init__(self, k: int, cluster: int, vector_count: int, block_mode: bool = False):
-        shape = dtk.DecodeTopK(k, cluster, vector_count, block_mode)
+        shape = dtk.make_decode_topk(k, cluster, vector_count, block_mode)
         self.k, self.cluster, self.vectors = k, cluster, vector_count
         self.threads = shape.threads
         self.load_batch = shape.load_batch

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from decode_topk.kernel.policy import BUILDS, LOGITS_PER_VECTOR, WRITE_QUEUE_VECTORS
+from decode_topk.kernel.policy import BUILDS, LOGITS_PER_VECTOR, REG_FINE_SHIFT, REGISTER, WRITE_QUEUE_VECTORS
 from decode_topk.reference.bits import (
     NEG_INF_BITS,
     POS_INF_BITS,
@@ -242,6 +242,33 @@ def boundary_lengths():
     return sorted(lengths)
 
 
+def register_lengths():
+    """The register build's rows (SPEC.md 2.13: at most 8,192 logits, thread t holding
+    vector t): 0, the short and first long lengths around each k, one vector for each of
+    the first 1, 32 (a warp) and 33 threads, half the CTA, and its last thread's vector
+    partial, whole and one lane short."""
+    cap = REGISTER.stage
+    lengths = {0, 1, 7, 8, 9, 255, 256, 257, 263, 264, cap // 2, cap // 2 + 1, cap - 9, cap - 8, cap - 7, cap - 1,
+               cap}
+    for k in KS:
+        lengths |= {k - 1, k, k + 1, k + 7, k + 8, k + 9}
+    return sorted(lengths)
+
+
+def make_fine_bins(rng, rows, width):
+    """Keys drawn from a few adjacent bins of the register build's first pass (key >>
+    REG_FINE_SHIFT, SPEC.md 2.13), every low value of each, so K's bin, the bins beside it
+    and the low bits of K all hold hundreds of keys: a second pass over the wrong keys, or
+    the wrong rank in it, moves K."""
+    logits = np.empty((rows, width), np.uint16)
+    for r in range(rows):
+        first = (0x3F80 >> REG_FINE_SHIFT) - 2 + r  # around 1.0 (key 0xBF80), a bin further a row
+        keys = (first << REG_FINE_SHIFT) + rng.integers(0, (3 + r) << REG_FINE_SHIFT, size=width)
+        logits[r] = bits_from_key(keys | 0x8000)
+    lengths = mixed_lengths(rng, rows, width)
+    return fill_past_lengths(rng, logits, lengths), lengths
+
+
 def make_lengths(rng, lengths, width):
     """One row per given length, each row wider than its length (garbage past it)."""
     logits = normal_bits(rng, (len(lengths), width))
@@ -302,6 +329,25 @@ CASES = (
          "lengths 0, 1, 7, 8, 9, k-1, k, k+1, 8k-1, 8k, 8k+1, ... under a wider row"),
     Case("random-bits", "ci", 112, partial(make_random_bits, rows=8, width=8192),
          "uniformly random bit patterns, random lengths"),
+    # --- ci: the register build's rows (SPEC.md 2.13: at most 8,192 logits) ---------------------
+    Case("register-boundaries", "ci", 113, partial(make_lengths, lengths=register_lengths(), width=REGISTER.stage),
+         "lengths 0, 1, 7-9, k-1 .. k+9, 255-264, 4096, 4097, 8183-8185, 8191, 8192 under 8,192 logits"),
+    Case("register-four", "ci", 114, partial(make_four_values, rows=6, width=REGISTER.stage),
+         "8,192 logits from four values, K falls on each"),
+    Case("register-uniform", "ci", 115, partial(make_one_value, width=REGISTER.stage),
+         "each row of 8,192 logits one value (1.0, +0, -0, +-inf, +-NaN, smallest subnormal)"),
+    Case("register-nan-inf", "ci", 116, partial(make_specials, rows=4, width=REGISTER.stage),
+         "NaN of both signs, +-0, +-inf in rows of 8,192 logits"),
+    Case("register-tied-k", "ci", 117, partial(make_plateau, width=REGISTER.stage, plateau=3000,
+                                                 above_counts=_KS_BOUNDARY_PLATEAU),
+         "3,000 equal values holding K in rows of 8,192 logits"),
+    Case("register-spikes", "ci", 118, partial(make_needles, width=REGISTER.stage, needle_counts=_KS_NEEDLES),
+         "k needles (and k +- 1) in a flat row of 8,192 logits"),
+    Case("register-fine-bins", "ci", 119, partial(make_fine_bins, rows=4, width=REGISTER.stage),
+         "keys from 3-6 adjacent bins of the register build's first pass, every low value of each"),
+    Case("register-indexer", "ci", 120, partial(make_indexer, rows=4, width=REGISTER.stage, rho=0.999, heads=32,
+                                                 dim=128),
+         "indexer-like rows of 8,192 logits at rho 0.999: ~15 distinct values"),
     # --- ci: the model's algorithm (SPEC.md part 2): each path and fallback in every build,
     # verified by the trace (each case's intent) ------------------------------------------------
     Case("sampled-crowded", "ci", 301, partial(algo.make_controlled, width=algo.W_SAMPLED, specs=algo.CROWDED_SPECS),

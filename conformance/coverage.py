@@ -166,12 +166,16 @@ def reachable(build):
     - direct, reason 0, for k < nv <= C T V: every slot 0 .. V - 1.
     No other (path, reason) is possible: the sampled path and the fallbacks exist only in
     token mode for n > D, and a short row never falls back.
+    The register build (SPEC.md 2.13: one vector a thread, token rows only): slot 0 short
+    or direct, or no slot at length 0.
     """
     label = build_label(build)
     cluster, threads, vectors = normalize_build(build)
     combos = set()
     for mode in MODE_NAMES.values():
         combos |= {(label, mode, NO_SLOT, SHORT, NONE), (label, mode, 0, SHORT, NONE)}
+    if normalize_build(build).registers:  # token rows of at most 8,192 logits: short or direct (SPEC.md 2.13)
+        return {combo for combo in combos if combo[1] == "token"} | {(label, "token", 0, DIRECT, NONE)}
     per_cta = -(-max(KS) // cluster)  # a short block row's largest chunk, in vectors
     combos |= {(label, "block", s, SHORT, NONE) for s in range(min(vectors, -(-per_cta // threads)))}
     direct_vectors = direct_max_length(cluster, vectors) // (8 * cluster * threads)  # d

@@ -31,6 +31,7 @@ EDGE_16 = 524288  # 8x512x16
 EDGE_MAX = 1048576  # 16x512x16
 EDGE_DIRECT = 65536  # the direct path's longest token row at 4 and 8 CTAs (two vectors a thread)
 EDGE_TWO_FIRST = 8192  # rows up to this width take 2 CTAs before 8 (one vector a thread at 2 x 512)
+EDGE_REGISTER = 8192  # the register build 1x1024x1's token rows (SPEC 2.13)
 EDGE_STAGE = 16384  # 1x512x4's stage (SPEC 2.12): its block rows' capacity and its D
 EDGE_STAGE_2 = 32768  # 2x512x4's stage: the same for it
 # The streamed builds (SPEC 2.1, 2.12): their names, (token, block) capacities and D.
@@ -49,12 +50,14 @@ WAVE_RATIO = 2
 SPEC_2_12 = {"STREAM_QUEUE": 8192, "STREAM_TILE": 4, "STREAM_DEPTH": 3, "STREAM_VECTORS": 4}
 
 
-def _resident_table(small, large16, four=None, two=None, two16=None, stream2=None):
+def _resident_table(small, large16, four=None, two=None, two16=None, stream2=None, register=None):
     """resident(build): `small` clusters of each 8-CTA build (and of the 4-CTA and 2-CTA
-    ones unless `four` or `two` is given), `large16` of 16x512x16; `two16`, if given, of
-    2x512x16 alone and `stream2` of 2x512x4 alone (so a policy that asks the wrong 2-CTA
-    build is seen)."""
+    ones unless `four` or `two` is given, and of the 1-CTA ones), `large16` of 16x512x16;
+    `two16`, if given, of 2x512x16 alone and `stream2` of 2x512x4 alone (so a policy that
+    asks the wrong 2-CTA build is seen), `register` of the register build alone."""
     def resident(build):
+        if build.vectors == 1 and register:
+            return register
         if build.cluster == 16:
             return large16
         if build.cluster == 4 and four:
@@ -91,6 +94,8 @@ def expected_stream_build(rows, width, resident):
 def expected_build(rows, width, resident, block_mode=False):
     """SPEC 2.1's build for rows x width in this mode, as a name (independent of
     kernel/policy.py)."""
+    if not block_mode and width <= EDGE_REGISTER and rows <= resident(policy.Build(1, 1024, 1)):
+        return "1x1024x1"
     if expected_streams(rows, width, resident, block_mode):
         return expected_stream_build(rows, width, resident)
     if width <= EDGE_8:
@@ -133,14 +138,17 @@ def _edge_problems(p):
     edges = (EDGE_TWO_FIRST, EDGE_STAGE, EDGE_STAGE_2, EDGE_1_8, EDGE_1, EDGE_2, EDGE_8, EDGE_16, EDGE_MAX,
              STREAM_WIDTH)
     widths = sorted({0, 1, 8, 4096} | {e + d for e in edges for d in (-1, 0, 1)} - {EDGE_MAX + 1})
-    for small, large16, four, two, two16, stream2 in ((15, 7, 30, 66, None, None), (30, 14, None, None, None, None),
-                                                      (1, 1, None, None, None, None), (15, 7, 30, 20, None, None),
-                                                      (15, 7, 30, 66, 40, None), (15, 7, 30, 66, 40, 50),
-                                                      (15, 7, 30, 66, 60, 20), (70, 40, None, None, None, None),
-                                                      (132, 7, 30, 66, None, None), (132, 7, 30, 66, 40, 90)):
-        resident = _resident_table(small, large16, four, two, two16, stream2)
+    for small, large16, four, two, two16, stream2, register in (
+            (15, 7, 30, 66, None, None, None), (30, 14, None, None, None, None, None),
+            (1, 1, None, None, None, None, None), (15, 7, 30, 20, None, None, None),
+            (15, 7, 30, 66, 40, None, None), (15, 7, 30, 66, 40, 50, None), (15, 7, 30, 66, 60, 20, None),
+            (70, 40, None, None, None, None, None), (132, 7, 30, 66, None, None, None),
+            (132, 7, 30, 66, 40, 90, None), (15, 7, 30, 66, None, None, 132), (132, 7, 30, 66, 40, 90, 50)):
+        resident = _resident_table(small, large16, four, two, two16, stream2, register)
         four, two, two16, stream2 = four or small, two or small, two16 or two or small, stream2 or two or small
+        register = register or small
         row_counts = sorted(({1, small - 1, small, small + 1, four - 1, four, four + 1, two - 1, two, two + 1,
+                             register - 1, register, register + 1,
                              stream2 - 1, stream2, stream2 + 1, 2 * large16, 2 * large16 + 1, STREAM_ROWS - 1,
                              STREAM_ROWS, STREAM_ROWS + 1}
                              | {m * n + d for n in (small, two16) for m in range(1, 7) for d in (-1, 0, 1)}) - {0})
@@ -175,7 +183,7 @@ def _edge_problems(p):
     # (token, block) capacities: the stage C T V 8, but for the streamed builds' token rows
     capacities = {"8x512x8": (EDGE_8,) * 2, "4x1024x8": (EDGE_8,) * 2, "8x512x16": (EDGE_16,) * 2,
                   "16x512x16": (EDGE_MAX,) * 2, "1x512x8": (EDGE_1_8,) * 2, "1x512x16": (EDGE_1,) * 2,
-                  "2x512x8": (EDGE_1,) * 2, "2x512x16": (EDGE_2,) * 2}
+                  "2x512x8": (EDGE_1,) * 2, "2x512x16": (EDGE_2,) * 2, "1x1024x1": (EDGE_REGISTER, 0)}
     capacities.update({name: both for name, (both, _) in STREAMED.items()})
     if sorted(b.name for b in p.BUILDS) != sorted(capacities):
         problems.append(f"the builds are {sorted(b.name for b in p.BUILDS)}, SPEC 2.1 and 2.12 say "
@@ -194,6 +202,8 @@ def _edge_problems(p):
     for cluster, want in ((1, 512), (2, 512), (4, 1024), (8, 512), (16, 512)):
         if p.threads_for(cluster) != want:
             problems.append(f"threads_for({cluster}) = {p.threads_for(cluster)}, SPEC 2.1 says {want}")
+    if p.threads_for(1, 1) != 1024:
+        problems.append(f"threads_for(1, 1) = {p.threads_for(1, 1)}, SPEC 2.13 says 1024 (the register build)")
     # SPEC 2.3: the direct path's longest token row, eight vectors a thread at one CTA,
     # four at two, two on the clusters of 4, 8 and 16
     for cluster, want in ((1, EDGE_1_8), (2, EDGE_1_8), (4, EDGE_DIRECT), (8, EDGE_DIRECT),
@@ -202,7 +212,8 @@ def _edge_problems(p):
             problems.append(f"direct_max_length({cluster}) = {p.direct_max_length(cluster)}, SPEC 2.3 says {want}")
     # the same for every build by its (C, V), and the streamed builds' stages (SPEC 2.12)
     for build in p.BUILDS:
-        want = STREAMED[build.name][1] if build.name in STREAMED else p.direct_max_length(build.cluster)
+        want = (STREAMED[build.name][1] if build.name in STREAMED else EDGE_REGISTER if build.name == "1x1024x1"
+                else p.direct_max_length(build.cluster))
         if p.direct_max_length(build.cluster, build.vectors) != want:
             problems.append(f"direct_max_length({build.cluster}, {build.vectors}) = "
                             f"{p.direct_max_length(build.cluster, build.vectors)}, SPEC 2.3 and 2.12 say {want}")
@@ -215,9 +226,10 @@ def _edge_problems(p):
     # precompile_builds: every build the rules above pick up to a width, for any resident
     # counts (both streamed builds from the first width past EDGE_1: 2x512x4 where it keeps
     # more clusters resident than 2x512x16)
-    staged = {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "2x512x16", "1x512x4", "2x512x4"}
+    staged = {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "2x512x16", "1x512x4", "2x512x4", "1x1024x1"}
     for width, want in ((EDGE_MAX, staged | {"8x512x16", "16x512x16"}), (EDGE_8, staged), (EDGE_1 + 1, staged),
-                        (EDGE_1, {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8"})):
+                        (EDGE_1, {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "1x1024x1"}),
+                        (EDGE_REGISTER, {"8x512x8", "4x1024x8", "1x512x8", "2x512x8", "1x1024x1"})):
         got = {b.name for b in p.precompile_builds(width)}
         if got != want:
             problems.append(f"precompile_builds({width}) = {sorted(got)}, SPEC 2.1 picks {sorted(want)}")
@@ -227,6 +239,14 @@ def _edge_problems(p):
 # ---------------------------------------------------------------------------------------
 # Planted bugs
 # ---------------------------------------------------------------------------------------
+def _registers_for(width=lambda w, c: w <= c, rows=lambda r, n: r <= n, modes=lambda block_mode: not block_mode,
+                   asked=None):
+    def registers_for(rows_, width_, resident, block_mode=False):
+        return (modes(block_mode) and width(width_, policy.REGISTER.stage)
+                and rows(rows_, resident(asked or policy.REGISTER)))
+    return {"registers_for": registers_for}
+
+
 def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width_16=lambda w, c: w <= c,
                  width_1=lambda w, c: w <= c, many=lambda r, n: r > n, width_2=lambda w, c: w <= c,
                  rows_2=lambda r, n: r <= n, first_2=lambda w, c: w <= c, two_vectors=8,
@@ -317,6 +337,20 @@ def _check_width(low=0, high=policy.MAX_WIDTH):
 
 
 POLICY_MUTANTS = {
+    # the register build (SPEC 2.1, 2.13)
+    "register_width_past": ("the register build takes rows of 8,193 logits",
+                            lambda: _registers_for(width=lambda w, c: w <= c + 1)),
+    "register_width_strict": ("the register build only below 8,192 logits",
+                              lambda: _registers_for(width=lambda w, c: w < c)),
+    "register_rows_past": ("the register build for rows = its resident CTAs + 1",
+                           lambda: _registers_for(rows=lambda r, n: r <= n + 1)),
+    "register_rows_strict": ("the register build only while rows < its resident CTAs",
+                             lambda: _registers_for(rows=lambda r, n: r < n)),
+    "register_block_mode": ("block batches take the register build too",
+                            lambda: _registers_for(modes=lambda block_mode: True)),
+    "register_never": ("no register build", lambda: _registers_for(modes=lambda block_mode: False)),
+    "register_resident_2": ("the register rule asks 2x512x8's residency, not its own",
+                            lambda: _registers_for(asked=policy.Build.of(2, 8))),
     "width_8_strict": ("8-CTA 8-vector builds only for width < 262144 (not <=)",
                        lambda: _cluster_for(width_8=lambda w, c: w < c)),
     "width_8_past": ("8-vector builds take width 262145", lambda: _cluster_for(width_8=lambda w, c: w <= c + 1)),
@@ -439,7 +473,7 @@ POLICY_MUTANTS = {
     "stream_block_capacity_max": ("the streamed builds hold block rows of 1,048,576 logits",
                                   lambda: _capacity_in(stream_block=policy.MAX_WIDTH)),
     "threads_swapped": ("1024 threads at 8 CTAs, 512 at 4",
-                        lambda: {"threads_for": lambda cluster: 1024 if cluster == 8 else 512}),
+                        lambda: {"threads_for": lambda cluster, vectors=None: 1024 if cluster == 8 else 512}),
 }
 
 

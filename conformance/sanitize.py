@@ -44,6 +44,8 @@ CASES = (
     ("stage-16384", "1x512x4's staged rows (both modes): short and direct in its four slots"),
     ("streamed-queue", "the streamed path: queues at their capacity, overflow and underflow -> direct "
                        "from global memory"),
+    # the register build (SPEC 2.13): rows of at most 8,192 logits (every case above is wider)
+    ("register-boundaries", "1x1024x1's short and direct rows: lengths 0, 1, k +- 1, partial last vectors, 8,192"),
 )
 
 

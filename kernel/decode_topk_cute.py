@@ -68,6 +68,11 @@ closing barrier: after its last barrier no CTA touches a peer's shared memory. T
 waits on its predecessor grid before reading inputs and lets its dependents launch once
 its chunk is in shared memory (programmatic dependent launch).
 
+Token rows of at most 8,192 logits, while every row's CTA can be resident at once, take
+the register build instead (DecodeTopKRegister, SPEC.md 2.13): one CTA of 1024 threads a
+row, a vector a thread kept in registers, a pass of key >> 4 into 4096 bins and one of the
+low 4 bits of K's bin's keys, then the same index-ordered ranked write; six CTA barriers.
+
 SPEC.md (part 2) fixes every constant of the algorithm; reference/model.py simulates it
 CTA by CTA, and the trace variant of this kernel (trace=True) reports per row what the
 model reports, field by field.
@@ -97,6 +102,10 @@ from .policy import (
     MAX_WIDTH,
     NARROW_SPAN,
     PROFILE_STAMPS,
+    REG_BINS,
+    REG_FINE_MASK,
+    REG_FINE_SHIFT,
+    REGISTER,
     Q_MIN,
     SAMPLES,
     STREAM_DEPTH,
@@ -133,7 +142,7 @@ __all__ = [
     "check_inputs", "check_lengths", "check_logits", "check_width", "cluster_for", "launch_slices", "max_rows",
     "new_output", "threads_for", "variants", "vector_choices", "vectors_for",
     # this module's own
-    "DecodeTopK", "compile_decode_topk", "cute_arguments", "decode_topk", "decode_topk_seq_lens",
+    "DecodeTopK", "DecodeTopKRegister", "compile_decode_topk", "cute_arguments", "decode_topk", "decode_topk_seq_lens",
     "fake_arguments", "precompile", "resident_clusters", "resident_for", "supports_decode_topk",
 ]
 
@@ -463,6 +472,58 @@ def hist_add(hist, bin_, valid, lane):
     shared_red(hist + bin_ * 4, Int32(1), valid & (1 - uniform))
 
 
+@cute.jit
+def hist_add_keys(hist, bins, oks, lane, trash, copies: cutlass.Constexpr = 1, warp_copy=0):
+    """Count this lane's valid keys (bins[e] where oks[e]) into the histogram at hist of
+    `copies` copies (bin-major: a bin's copies are adjacent words): when every valid key of
+    the warp holds one bin (two redux.sync: the largest bin, then one sum of the keys
+    counted and of the lanes holding another bin), lane 0 adds their count into copy
+    warp_copy; any other warp adds key by key, lane l into copy l mod copies, an uncounted
+    key's 1 into the trash word (no predicate a key: ptxas makes a branch and a
+    reconvergence of each predicated add). DecodeTopK.hist_add_vector says why."""
+    mine = Int32(-1)
+    count = Int32(0)
+    for e in cutlass.range_constexpr(len(bins)):
+        mine = _pick(oks[e] != 0, bins[e], mine)
+        count = count + oks[e]
+    same = Int32(1)
+    for e in cutlass.range_constexpr(len(bins)):
+        same = same & _pick((oks[e] != 0) & (bins[e] != mine), 0, 1)
+    common = cute.arch.warp_redux_sync(mine, "max")
+    stray = 1 - (same & _pick((mine == common) | (mine < 0), 1, 0))
+    packed = cute.arch.warp_redux_sync(count | (stray << 16), "add")
+    total = packed & 0xFFFF
+    if (packed >> 16) == 0:
+        shared_red(hist + (common * copies + warp_copy) * 4, total, _pick((lane == 0) & (total > 0), 1, 0))
+    else:
+        for e in cutlass.range_constexpr(len(bins)):
+            counted = hist + (bins[e] * copies + (lane & (copies - 1))) * 4
+            shared_add(_pick(oks[e] != 0, counted, trash), Int32(1))
+
+
+def smem_layout(regions):
+    """({name: byte offset}, total bytes) of (name, bytes) regions laid out in order (each
+    size a multiple of 16 keeps the next region 16-byte aligned)."""
+    offsets = {}
+    offset = 0
+    for name, size in regions:
+        offsets[name] = offset
+        offset += size
+    return offsets, offset
+
+
+def row_length(logits, lengths, row):
+    """Row `row`'s length: one length a request, next_n = rows / len(lengths) rows a request
+    (speculative decode): row r is draft r % next_n of request r // next_n and sees seq_len -
+    (next_n - 1 - r % next_n) tokens (decode_topk passes one length a row, next_n = 1). The
+    seq_len is clamped at 0 first, so the subtraction cannot wrap; then the length to [0,
+    width], so no read leaves the row."""
+    next_n = logits.shape[0] // lengths.shape[0]
+    request = row // next_n
+    seq_len = cutlass.max(Int32(lengths[request]), Int32(0))
+    return cutlass.min(cutlass.max(seq_len - (next_n - 1 - (row - request * next_n)), Int32(0)), logits.shape[1])
+
+
 def _pick(condition, a, b):
     """a where condition (a Boolean, or an Int32 0/1 predicate) holds, else b, as Int32."""
     if isinstance(condition, Int32):
@@ -530,9 +591,9 @@ class DecodeTopK:
                  profile: bool = False):
         if k not in KS:
             raise ValueError(f"k={k} is not one of {KS}")
-        if Build.of(cluster, vector_count) not in BUILDS:
-            raise ValueError(f"no build of cluster={cluster}, vector_count={vector_count}; builds: "
-                             f"{', '.join(b.name for b in BUILDS)}")
+        if Build.of(cluster, vector_count) not in BUILDS or Build.of(cluster, vector_count).registers:
+            raise ValueError(f"no staged build of cluster={cluster}, vector_count={vector_count}; builds: "
+                             f"{', '.join(b.name for b in BUILDS)} (the register build: DecodeTopKRegister)")
         self.k = k
         self.cluster = cluster
         self.threads = threads_for(cluster)
@@ -601,12 +662,7 @@ class DecodeTopK:
                    ("misc", MISC_BYTES), ("select", 3072), ("grid", 1024), ("sample_maxima", 128)) + (
                    (("maxima", 128),) if self.narrow_top else ()) + (
                    ("samples", SAMPLES * 2), ("queue", slots * 2)) + index_regions
-        self.offsets = {}
-        offset = 0
-        for name, size in regions:
-            self.offsets[name] = offset
-            offset += size
-        self.smem_bytes = offset
+        self.offsets, self.smem_bytes = smem_layout(regions)
         self.zero_vectors = (self.offsets["grid"] - self.offsets["copies"]) // 16
         # Every warp scans the (row, warp) counts of "grid" itself (grid_bases): a lane sums
         # `per` consecutive counts, so `per` must divide the warps (a warp's count then sits
@@ -658,16 +714,7 @@ class DecodeTopK:
             cute.arch.cluster_arrive()
 
         cute.arch.griddepcontrol_wait()
-        width = logits.shape[1]
-        # One length a request, next_n rows a request (speculative decode): row r is draft
-        # r % next_n of request r // next_n and sees seq_len - (next_n - 1 - r % next_n)
-        # tokens. decode_topk passes one length a row (next_n = 1). The seq_len is clamped
-        # at 0 first, so the subtraction cannot wrap; then the length to [0, width], so no
-        # read leaves the row.
-        next_n = logits.shape[0] // lengths.shape[0]
-        request = row // next_n
-        seq_len = cutlass.max(Int32(lengths[request]), Int32(0))
-        length = cutlass.min(cutlass.max(seq_len - (next_n - 1 - (row - request * next_n)), Int32(0)), width)
+        length = row_length(logits, lengths, row)
         nv = (length + 7) >> 3
         n = nv if const_expr(self.block_mode) else length
         start = (rank * nv) // C
@@ -1161,26 +1208,7 @@ class DecodeTopK:
         unpredicated adds of 1 measured 1.7-8.4% faster to the end of the row
         (bench/NOTES.md session 8). One trash word for all lanes, though their
         adds meet at one address: a word a lane measured no faster (session 13)."""
-        mine = Int32(-1)  # this lane's bin, if all its valid keys share one (-1: none valid)
-        count = Int32(0)
-        for e in cutlass.range_constexpr(len(bins)):
-            mine = _pick(oks[e] != 0, bins[e], mine)
-            count = count + oks[e]
-        same = Int32(1)
-        for e in cutlass.range_constexpr(len(bins)):
-            same = same & _pick((oks[e] != 0) & (bins[e] != mine), 0, 1)
-        common = cute.arch.warp_redux_sync(mine, "max")
-        stray = 1 - (same & _pick((mine == common) | (mine < 0), 1, 0))  # a valid key outside common's bin
-        # One reduction for the test and the count: the count (at most 8 a lane, 256 a warp)
-        # in the low half, the lanes with a stray key in the high half.
-        packed = cute.arch.warp_redux_sync(count | (stray << 16), "add")
-        total = packed & 0xFFFF
-        if (packed >> 16) == 0:
-            shared_red(hist + (common * HIST_COPIES + warp_copy) * 4, total, _pick((lane == 0) & (total > 0), 1, 0))
-        else:
-            for e in cutlass.range_constexpr(len(bins)):
-                counted = hist + (bins[e] * HIST_COPIES + (lane & (HIST_COPIES - 1))) * 4
-                shared_add(_pick(oks[e] != 0, counted, trash), Int32(1))
+        hist_add_keys(hist, bins, oks, lane, trash, HIST_COPIES, warp_copy)
 
     def entry_vector(self, sm, i, start, streamed):
         """The global vector of stage slot i: start + i, or (a streamed row's queue, 2.12)
@@ -1837,6 +1865,207 @@ class DecodeTopK:
 
 
 # ---------------------------------------------------------------------------------------
+# The register build (SPEC.md 2.13): one CTA of 1024 threads a row of at most 8,192 logits,
+# one vector a thread kept in registers.
+# ---------------------------------------------------------------------------------------
+class DecodeTopKRegister:
+    """The decode top-k of token rows of at most 1024 x 8 = 8,192 logits, the register build
+    1x1024x1 (SPEC.md 2.13): one CTA of 1024 threads a row, thread t holding vector t
+    (logits 8t .. 8t + 7) in registers from its one load to its last write. K is placed by
+    a pass of `key >> REG_FINE_SHIFT` into REG_BINS bins and a pass of the low
+    REG_FINE_SHIFT bits of the keys of K's bin into 16; the write is one CTA scan of each
+    thread's (gt, eq) counts in thread order, which is index order. No cluster, no DSMEM,
+    no second read of the row, six `bar.sync`. Why a class of its own: DecodeTopK's code
+    at 1024 threads a CTA measured slower, not faster (bench/NOTES.md sessions 6, 12, 17).
+
+    k: 512, 1024 or 2048; trace / profile: as DecodeTopK's. Token mode only: block rows
+    keep the staged builds."""
+
+    def __init__(self, k: int, trace: bool = False, profile: bool = False):
+        if k not in KS:
+            raise ValueError(f"k={k} is not one of {KS}")
+        self.k = k
+        self.cluster = 1
+        self.threads = REGISTER.threads
+        self.vectors = REGISTER.vectors
+        self.block_mode = False
+        self.streams = False
+        self.load_batch = 1  # one vector a thread, one load
+        self.trace = bool(trace) or bool(profile)
+        self.profile = bool(profile)
+        self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
+        # Shared memory, byte offsets: "hist" the first pass's REG_BINS bins (zeroed at
+        # entry, one 16-byte store a thread), "fine" the second pass's 16 bins, "totals"
+        # the warps' sums of the first selection and "scan" those of the write (32 words
+        # each), "misc" the first selection's answer (bin, count above: words 0, 1), and
+        # "trash" a word a lane for the passes' uncounted keys.
+        regions = (("hist", REG_BINS * 4), ("fine", 64), ("totals", 128), ("scan", 128), ("misc", 16),
+                   ("trash", 128))
+        self.offsets, self.smem_bytes = smem_layout(regions)
+        if REG_BINS != 4 * self.threads:
+            raise ValueError("the first pass's bins are zeroed and selected four a thread")
+
+    @cute.jit
+    def __call__(self, logits: cute.Tensor, lengths: cute.Tensor, out: cute.Tensor, trace: cute.Tensor,
+                 stream: cuda.CUstream):
+        """As DecodeTopK.__call__: one CTA a row."""
+        self.kernel(logits, lengths, out, trace).launch(
+            grid=[logits.shape[0], 1, 1], block=[self.threads, 1, 1], cluster=[1, 1, 1], stream=stream,
+            use_pdl=True, min_blocks_per_mp=1)
+
+    @cute.kernel
+    def kernel(self, logits: cute.Tensor, lengths: cute.Tensor, out: cute.Tensor, trace: cute.Tensor):
+        """One CTA a row (the class docstring)."""
+        nt, k = self.threads, self.k
+        tid = cute.arch.thread_idx()[0]
+        row = cute.arch.block_idx()[0]
+        rank = Int32(0)  # one CTA a row (the trace's and the stamps' CTA 0)
+        lane = tid & 31
+        warp = tid >> 5
+        allocator = cutlass.memory.SmemAllocator()
+        base = allocator.allocate_array(cutlass.Uint8, self.smem_bytes, byte_alignment=16).toint()
+        sm = {name: base + offset for name, offset in self.offsets.items()}
+        trace_row = trace.iterator.toint() + Int64(row) * (self.trace_width * 4)
+        self.stamp(trace_row, rank, tid, "start")
+        shared_store_u32x4(sm["hist"] + tid * 16, [Int32(0)] * 4)
+        if tid < 4:
+            shared_store_u32x4(sm["fine"] + tid * 16, [Int32(0)] * 4)
+
+        cute.arch.griddepcontrol_wait()
+        length = row_length(logits, lengths, row)
+        row_logits = logits.iterator.toint() + Int64(row) * Int64(logits.layout.stride[0]) * 2
+        out_row = out.iterator.toint() + Int64(row) * (k * 4)
+        self.stamp(trace_row, rank, tid, "inputs")
+        for f in cutlass.range_constexpr(len(TRACE_FIELDS)):
+            self.record(trace_row, rank, tid, TRACE_FIELDS[f], Int32(0) if f < 2 else Int32(-1))
+        if length <= k:
+            # Short rows (1.4): out[j] = j below the length, -1 from it; nothing read.
+            cute.arch.griddepcontrol_launch_dependents()
+            for j in cutlass.range(tid, k, nt):
+                store_s32(out_row + Int64(j) * 4, _pick(j < length, j, -1), Int32(1))
+        else:
+            # Thread t's vector t: its valid lanes, one 16-byte load when whole, the row's
+            # one partial vector lane by lane (nothing at or past the length is read).
+            lanes = cutlass.max(cutlass.min(length - tid * 8, Int32(8)), Int32(0))
+            address = row_logits + Int64(tid) * 16
+            words = load_full_u32x4(address, _pick(lanes == 8, 1, 0))
+            if (lanes > 0) & (lanes < 8):
+                words = load_u32x4(address, lanes)
+            kw = [key_word(w) for w in words]
+            keys = [word_key(kw, e) for e in range(8)]
+            oks = [_pick(e < lanes, 1, 0) for e in range(8)]
+            # Every thread has zeroed its four bins before any thread adds into them (the
+            # loads are in flight meanwhile). Without this barrier a warp that runs ahead
+            # adds into bins not yet zeroed: wrong answers under compute-sanitizer's
+            # racecheck (26 contract violations at k = 2048, session 20's gate), where warps
+            # are serialized; no hazard was reported, because red.shared is an atomic.
+            cute.arch.sync_threads()
+            self.stamp(trace_row, rank, tid, "staged")
+
+            # Pass 1: key >> REG_FINE_SHIFT into REG_BINS bins.
+            hist_add_keys(sm["hist"], [key >> REG_FINE_SHIFT for key in keys], oks, lane, sm["trash"] + lane * 4)
+            cute.arch.sync_threads()
+            # Every thread's vector is in its registers and counted: the row is read (2.10).
+            cute.arch.griddepcontrol_launch_dependents()
+            self.stamp(trace_row, rank, tid, "pass1")
+            high, above1 = self.select_high(sm, tid, lane, warp, Int32(k))
+            self.stamp(trace_row, rank, tid, "exchange1")
+
+            # Pass 2: the low bits of the keys of K's bin into 16 bins.
+            # Few keys count here, so no uniform-warp test: each key adds 1, an uncounted one
+            # into the lane's own trash word, so the adds neither branch (as predicated adds
+            # do) nor meet at one address (bench/NOTES.md session 20).
+            for key, ok in zip(keys, oks):
+                counted = ok & _pick((key >> REG_FINE_SHIFT) == high, 1, 0)
+                shared_add(_pick(counted != 0, sm["fine"] + (key & REG_FINE_MASK) * 4, sm["trash"] + lane * 4),
+                           Int32(1))
+            cute.arch.sync_threads()
+            self.stamp(trace_row, rank, tid, "pass2")
+            low, above2 = self.select_low(sm, lane, k - above1)
+            kth = (high << REG_FINE_SHIFT) | low
+            above = above1 + above2
+            need = k - above
+            self.stamp(trace_row, rank, tid, "selected")
+
+            # The ranked write: thread t's keys > K (flag bits 0-7) and == K (8-15), their
+            # counts packed gt | eq << 16 (at most 8,192 each), one CTA scan in thread order.
+            flags = Int32(0)
+            for e in cutlass.range_constexpr(8):
+                flags = flags | ((oks[e] & _pick(keys[e] > kth, 1, 0)) << e) | (
+                    (oks[e] & _pick(keys[e] == kth, 1, 0)) << (8 + e))
+            below = self.cta_exclusive_sum(sm["scan"], popc(flags & 0xFF) + (popc(flags >> 8) << 16), lane, warp)
+            self.stamp(trace_row, rank, tid, "swept")
+            rank_gt = below & 0xFFFF
+            rank_eq = below >> 16
+            for e in cutlass.range_constexpr(8):
+                is_gt = (flags >> e) & 1
+                is_eq = (flags >> (8 + e)) & 1
+                slot = rank_gt + _pick(is_gt != 0, cutlass.min(rank_eq, need), rank_eq)
+                store_s32(out_row + Int64(slot) * 4, tid * 8 + e, is_gt | (is_eq & _pick(rank_eq < need, 1, 0)))
+                rank_gt = rank_gt + is_gt
+                rank_eq = rank_eq + is_eq
+            self.stamp(trace_row, rank, tid, "placed")
+            self.record(trace_row, rank, tid, "path", Int32(2))
+            self.record(trace_row, rank, tid, "kth", kth)
+            self.record(trace_row, rank, tid, "above", above)
+        self.stamp(trace_row, rank, tid, "end")
+
+    @cute.jit
+    def select_high(self, sm, tid, lane, warp, q):
+        """(bin, count above) of the q-th largest key in the REG_BINS bins of "hist", in
+        every thread (q <= the row's keys). Thread t sums the four bins REG_BINS - 4 - 4t ..
+        REG_BINS - 1 - 4t (one 16-byte load; thread order is descending bin order), a warp
+        scan and one of the 32 warp totals (every warp for itself, after one barrier) give
+        it the keys in the bins above its own, and the one thread whose four bins hold the
+        q-th largest key stores the answer; a second barrier hands it to every thread."""
+        top = REG_BINS - 1 - 4 * tid
+        words = shared_load_u32x4(sm["hist"] + (top - 3) * 4)  # bins top - 3 .. top
+        counts = [Int32(words[3 - j]) for j in range(4)]  # bin top - j
+        mine = counts[0] + counts[1] + counts[2] + counts[3]
+        acc = self.cta_exclusive_sum(sm["totals"], mine, lane, warp)  # the keys in the bins above
+        if (acc < q) & (q <= acc + mine):
+            found = Int32(-1)
+            found_above = Int32(0)
+            for j in cutlass.range_constexpr(4):
+                hit = (found < 0) & (acc + counts[j] >= q)
+                found_above = _pick(hit, acc, found_above)
+                found = _pick(hit, top - j, found)
+                acc = acc + counts[j]
+            shared_store_u32x2(sm["misc"], found, found_above)
+        cute.arch.sync_threads()
+        return shared_load_u32x2(sm["misc"])
+
+    def select_low(self, sm, lane, q):
+        """(bin, count above) of the q-th largest key in the 16 bins of "fine" (q <= their
+        total), every warp for itself with no barrier: lane l holds bin 15 - l (lanes 16-31
+        none), a warp scan counts from the top, and the lowest lane whose count reaches q
+        (a ballot; its lowest set bit, popc((b & -b) - 1)) holds the bin."""
+        bins = REG_FINE_MASK + 1
+        count = _pick(lane < bins, shared_load_u32(sm["fine"] + ((REG_FINE_MASK - lane) & REG_FINE_MASK) * 4), 0)
+        inclusive = warp_inclusive_sum(count, lane)
+        hits = ballot(_pick(inclusive >= q, 1, 0))
+        first = popc((hits & (0 - hits)) - 1)
+        return REG_FINE_MASK - first, cute.arch.shuffle_sync(inclusive - count, first)
+
+    @cute.jit
+    def cta_exclusive_sum(self, scan, value, lane, warp):
+        """The sum of value over the CTA's threads below this one (thread order): a warp
+        scan, the 32 warp totals in `scan` (lane 31's), one barrier, and every warp's own
+        scan of them."""
+        inclusive = warp_inclusive_sum(value, lane)
+        if lane == 31:
+            shared_store_u32(scan + warp * 4, inclusive)
+        cute.arch.sync_threads()
+        word = shared_load_u32(scan + lane * 4)
+        totals = warp_inclusive_sum(word, lane)
+        return inclusive - value + cute.arch.shuffle_sync(totals - word, warp)
+
+    # The trace and the profile stamps: DecodeTopK's, with rank 0 (one CTA a row).
+    record = DecodeTopK.record
+    stamp = DecodeTopK.stamp
+
+
+# ---------------------------------------------------------------------------------------
 # Cached compile.
 # ---------------------------------------------------------------------------------------
 def fake_arguments(k: int, trace_width: int = len(TRACE_FIELDS)):
@@ -1855,6 +2084,16 @@ _compiled = {}
 _compile_lock = threading.Lock()
 
 
+def make_decode_topk(k, cluster, vector_count, block_mode, trace=False, profile=False):
+    """The kernel object of one variant: DecodeTopKRegister for the register build (token
+    mode only: ValueError in block mode), else DecodeTopK."""
+    if Build.of(cluster, vector_count).registers:
+        if block_mode:
+            raise ValueError(f"the register build {REGISTER.name} takes token rows only (block_mode=True)")
+        return DecodeTopKRegister(k, trace, profile)
+    return DecodeTopK(k, cluster, vector_count, block_mode, trace, profile)
+
+
 def compile_decode_topk(k, cluster, vector_count, block_mode, trace=False, arch=None, options=None):
     """Compile one variant (cached: cute.compile itself never caches). arch, e.g.
     "sm_100a", compiles for that target instead of the current device (the DSL reads
@@ -1863,7 +2102,7 @@ def compile_decode_topk(k, cluster, vector_count, block_mode, trace=False, arch=
     key = (k, cluster, vector_count, bool(block_mode), bool(trace), arch, options)
     with _compile_lock:
         if key not in _compiled:
-            topk = DecodeTopK(k, cluster, vector_count, block_mode, trace)
+            topk = make_decode_topk(k, cluster, vector_count, block_mode, trace)
             flags = " ".join(flag for flag in (None if arch is None else f"--gpu-arch {arch}", options) if flag)
             extra = {"options": flags} if flags else {}
             _compiled[key] = cute.compile(topk, *fake_arguments(k), **extra)
@@ -1888,7 +2127,7 @@ def _resident(device: int, k: int, cluster: int, vectors: int, block_mode: bool)
     _cuda_check(err, "cudaSetDevice")
     (err,) = cudart.cudaFree(0)
     _cuda_check(err, "cudaFree(0)")
-    topk = DecodeTopK(k, cluster, vectors, block_mode)
+    topk = make_decode_topk(k, cluster, vectors, block_mode)
     compiled = compile_decode_topk(k, cluster, vectors, block_mode)
     name = next(iter(compiled.kernel_info))
     err, kernel = cudart.cudaLibraryGetKernel(compiled.library, name.encode())

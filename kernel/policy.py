@@ -59,9 +59,10 @@ PROFILE_STAMPS = ("start", "inputs", "staged", "started", "cutoff", "queued", "t
 # ---------------------------------------------------------------------------------------
 # Builds and variants
 # ---------------------------------------------------------------------------------------
-def threads_for(cluster):
-    """Threads a CTA: 1024 at 4 CTAs a row, else 512 (1, 2, 8 and 16 CTAs)."""
-    return 1024 if cluster == 4 else 512
+def threads_for(cluster, vectors=None):
+    """Threads a CTA: 1024 at 4 CTAs a row and on the register build (one vector a thread,
+    REGISTER), else 512 (1, 2, 8 and 16 CTAs)."""
+    return 1024 if cluster == 4 or vectors == 1 else 512
 
 
 def vector_choices(cluster):
@@ -94,22 +95,37 @@ class Build(typing.NamedTuple):
         return self.cluster in (1, 2) and self.vectors == STREAM_VECTORS
 
     @property
+    def registers(self):
+        """Whether this is the register build (SPEC.md 2.13): one CTA of 1024 threads, one
+        vector a thread kept in registers, token rows only."""
+        return self.vectors == 1
+
+    @property
     def capacity(self):
         """Logits a token row of this build may hold: its stage, or MAX_WIDTH where it
         streams (block rows: capacity_in)."""
         return MAX_WIDTH if self.streams else self.stage
 
     def capacity_in(self, block_mode):
-        """Logits a row of this build may hold in this mode: block rows never stream."""
-        return self.stage if block_mode else self.capacity
+        """Logits a row of this build may hold in this mode: block rows never stream, and
+        the register build takes none (0)."""
+        if block_mode:
+            return 0 if self.registers else self.stage
+        return self.capacity
+
+    @property
+    def modes(self):
+        """The modes (block_mode values) this build is compiled for."""
+        return (False,) if self.registers else (False, True)
 
     def __str__(self):
         return self.name
 
     @classmethod
     def of(cls, cluster, vectors):
-        """The build of `cluster` CTAs staging `vectors` a thread (threads_for(cluster))."""
-        return cls(cluster, threads_for(cluster), vectors)
+        """The build of `cluster` CTAs staging `vectors` a thread (threads_for(cluster,
+        vectors))."""
+        return cls(cluster, threads_for(cluster, vectors), vectors)
 
     @classmethod
     def parse(cls, spec):
@@ -131,7 +147,7 @@ class Build(typing.NamedTuple):
             raise ValueError(f"build {spec!r} is not a Build, 'CxTxV', (cluster, vectors) or "
                              f"(cluster, threads, vectors)")
         if len(parts) == 2:
-            parts = (parts[0], threads_for(parts[0]), parts[1])
+            parts = (parts[0], threads_for(*parts), parts[1])
         if len(parts) != 3 or parts not in BUILDS:
             raise ValueError(f"build {spec!r} is not one of {', '.join(b.name for b in BUILDS)}")
         return cls(*parts)
@@ -149,9 +165,16 @@ STREAM_DEPTH = 3
 # The builds of SPEC.md 2.1.
 BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in
                ((8, 8), (4, 8), (8, 16), (16, 16), (1, 8), (1, 16), (2, 8), (2, 16), (1, STREAM_VECTORS),
-                (2, STREAM_VECTORS)))
+                (2, STREAM_VECTORS), (1, 1)))
 STREAM = Build.of(1, STREAM_VECTORS)
 STREAM_2 = Build.of(2, STREAM_VECTORS)
+# The register build (SPEC.md 2.13): one CTA of 1024 threads a token row of at most 8,192
+# logits, one vector a thread kept in registers; K from a pass of key >> REG_FINE_SHIFT into
+# REG_BINS bins and one of the low REG_FINE_SHIFT bits of K's bin's keys.
+REGISTER = Build.of(1, 1)
+REG_FINE_SHIFT = 4
+REG_BINS = 1 << (16 - REG_FINE_SHIFT)
+REG_FINE_MASK = (1 << REG_FINE_SHIFT) - 1
 
 
 class Variant(typing.NamedTuple):
@@ -170,9 +193,10 @@ class Variant(typing.NamedTuple):
 
 
 def variants(traces=(False,)):
-    """Every Variant the kernel module builds, k-major, with each trace setting given."""
+    """Every Variant the kernel module builds, k-major, with each trace setting given (the
+    register build in token mode only)."""
     return [Variant(k, build, block_mode, trace) for k in KS for build in BUILDS
-            for block_mode in (False, True) for trace in traces]
+            for block_mode in build.modes for trace in traces]
 
 
 # ---------------------------------------------------------------------------------------
@@ -216,8 +240,9 @@ def direct_max_length(cluster, vectors=None):
     (32,768 logits at 1 and 2 CTAs, 65,536 at 4 and 8, 131,072 at 16), below which the
     direct path was measured faster than the sampled one (bench/NOTES.md, sessions 6, 7);
     on the streamed builds (`vectors` = STREAM_VECTORS at one or two CTAs) their stage,
-    16,384 or 32,768 logits, past which their rows stream (SPEC.md 2.12)."""
-    if vectors is not None and Build.of(cluster, vectors).streams:
+    16,384 or 32,768 logits, past which their rows stream (SPEC.md 2.12); on the register
+    build its capacity, 8,192 (no sampled path, SPEC.md 2.13)."""
+    if vectors is not None and (Build.of(cluster, vectors).streams or Build.of(cluster, vectors).registers):
         return Build.of(cluster, vectors).stage
     return 8 * cluster * threads_for(cluster) * DIRECT_VECTORS.get(cluster, DIRECT_VECTORS_CLUSTER)
 
@@ -304,8 +329,17 @@ def stream_build_for(rows, width, resident):
     return STREAM_2
 
 
+def registers_for(rows, width, resident, block_mode=False):
+    """Whether rows x width takes the register build (SPEC.md 2.1, 2.13): token rows of at
+    most its 8,192 logits while every row's CTA is resident at once. (resident is asked
+    only where its answer decides.)"""
+    return not block_mode and width <= REGISTER.stage and rows <= resident(REGISTER)
+
+
 def build_for(rows, width, resident, block_mode=False):
     """The Build that runs rows x width (SPEC.md 2.1)."""
+    if registers_for(rows, width, resident, block_mode):
+        return REGISTER
     if streams_for(rows, width, resident, block_mode):
         return stream_build_for(rows, width, resident)
     cluster = cluster_for(rows, width, resident)
@@ -448,6 +482,8 @@ def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_
     if chosen is None:
         _check_rows(rows, width, resident, block_mode)
         return build_for(rows, width, resident, block_mode), row_stride
+    if block_mode not in chosen.modes:
+        raise ValueError(f"build {chosen.name} takes token rows only, not block_mode={block_mode}")
     capacity = chosen.capacity_in(block_mode)
     if width > capacity:
         raise ValueError(f"build {chosen.name} holds {'block' if block_mode else 'token'} rows of up to "

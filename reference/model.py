@@ -9,8 +9,10 @@ keys at their canonical positions (1.4, 2.7); the selection of the cutoff (2.6)
 and the underflow fallback; and on the streamed builds (1x512x4, 2x512x4: 2.12) each
 CTA's stream of its chunk of a long token row in tiles into its queue of the vectors that
 can hold a selected key, the selection over those queues, and the direct path from global
-memory after an overflow or underflow. It returns the output and the trace of SPEC.md
-2.11, so a kernel's trace can be compared with it field by field.
+memory after an overflow or underflow; and on the register build (1x1024x1, 2.13) its one
+CTA's pass of key >> 4 into 4096 bins, its pass of the low 4 bits of K's bin's keys and
+its ranked write over every vector in thread order. It returns the output and the trace of
+SPEC.md 2.11, so a kernel's trace can be compared with it field by field.
 
 Nothing is left to the order of atomics: every position is a prefix count over CTA rank
 and (round, thread) order, which is index order, so the model's output is *the*
@@ -48,6 +50,9 @@ TOP_SPAN = policy.TOP_SPAN  # the direct path's window from the top: bins M - 51
 BINS = TOP_SPAN + 1  # the widest pass's bins (the window from the top); the others use 256
 COPIES = 4  # histogram copies of the selection's passes (2.8)
 WRITE_QUEUE_VECTORS = policy.WRITE_QUEUE_VECTORS  # the direct write queues past 2 vectors a thread (2.7)
+REG_FINE_SHIFT = policy.REG_FINE_SHIFT  # the register build (2.13): key >> 4 into 4096 bins, then key & 15
+REG_BINS = policy.REG_BINS
+REG_FINE_MASK = policy.REG_FINE_MASK
 
 # ---------------------------------------------------------------------------------------
 # Mutants: planted bugs, one integer each (0 = none). Module-level ints, so numba compiles
@@ -191,6 +196,19 @@ WRITE_QUEUE_PASS1 = _mutant("write_queue_from_pass1",
 WRITE_QUEUE_SLOTS = _mutant("write_queue_past_direct_slots",
                             "an underflowed attempt's chunk, longer than a direct row's slots, queued over those "
                             "slots alone")
+# the register build (2.13)
+REG_FINE_EVERY_KEY = _mutant("register_fine_every_key",
+                             "the register build's second pass counts the low bits of every key, not only K's bin's")
+REG_FINE_Q_K = _mutant("register_fine_q_k", "the register build's second selection takes the k-th key, not the "
+                                            "(k - A1)-th")
+REG_FINE_NEXT_BIN = _mutant("register_fine_next_bin",
+                            "the register build's second pass counts the keys of the bin below K's high bits")
+REG_SELECT_WARP_BASE = _mutant("register_select_warp_base",
+                               "the register build's first selection without the warps before (each warp's 128 "
+                               "bins counted from their own top)")
+REG_SCAN_WARP_BASE = _mutant("register_scan_warp_base",
+                             "the register build's ranked write without the warps before (each warp's 32 vectors "
+                             "ranked from 0)")
 
 MUTANT_NAMES = {v[0]: k for k, v in MUTANTS.items()}
 
@@ -949,9 +967,61 @@ def _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr,
 # One row
 # ---------------------------------------------------------------------------------------
 @njit(cache=True)
+def _register_select(hist, q, mutant):
+    """(b, above) of the q-th largest key in the register build's first pass (2.13): thread
+    t sums bins REG_BINS - 4 - 4t .. REG_BINS - 1 - 4t, a CTA scan over the threads gives
+    the keys above its bins; the mutant drops the warps before it (each warp's 128 bins
+    counted from their own top)."""
+    if mutant != REG_SELECT_WARP_BASE:
+        return _select_bin(hist, q, mutant)
+    span = 4 * 32
+    for top in range(REG_BINS - 1, -1, -span):
+        above = np.int64(0)
+        for b in range(top, top - span, -1):
+            if above + hist[b] >= q:
+                return b, above
+            above += hist[b]
+    return 0, 0
+
+
+@njit(cache=True)
+def _register(ekey, ecnt, nv, k, T, mutant, out, tr, rhist, fine, order, cg, ce):
+    """The register build (2.13): one CTA of T threads, thread t holding vector t. Pass 1
+    counts key >> REG_FINE_SHIFT of every valid key into REG_BINS bins, (b1, A1) =
+    select_bin(hist, k); pass 2 the low REG_FINE_SHIFT bits of the keys of bin b1 into 16,
+    (b2, A2) = select_bin(fine, k - A1); K = b1 << REG_FINE_SHIFT | b2, A = A1 + A2; then
+    the ranked write of the one CTA over every vector in thread order (index order)."""
+    rhist[:] = 0
+    for g in range(nv):
+        for e in range(ecnt[g]):
+            rhist[ekey[8 * g + e] >> REG_FINE_SHIFT] += 1
+    b1, A1 = _register_select(rhist, k, mutant)
+    high = b1 - 1 if mutant == REG_FINE_NEXT_BIN else b1
+    fine[:] = 0
+    for g in range(nv):
+        for e in range(ecnt[g]):
+            kk = ekey[8 * g + e]
+            if (kk >> REG_FINE_SHIFT) == high or mutant == REG_FINE_EVERY_KEY:
+                fine[kk & REG_FINE_MASK] += 1
+    b2, A2 = _select_bin(fine, k if mutant == REG_FINE_Q_K else k - A1, mutant)
+    K = (b1 << REG_FINE_SHIFT) | b2
+    A = A1 + A2
+    tr[0] = PATH_DIRECT
+    tr[6] = K
+    tr[7] = A
+    if mutant == REG_SCAN_WARP_BASE:  # each warp's 32 vectors ranked as if alone
+        wild = 0
+        for w in range(0, nv, 32):
+            wild += _write_cta(ekey, ecnt, 8, w, order, min(32, nv - w), T, K, A, k, 0, 0, fine[b2], mutant, out,
+                               cg, ce, False)
+        return wild
+    return _write_cta(ekey, ecnt, 8, 0, order, nv, T, K, A, k, 0, 0, fine[b2], mutant, out, cg, ce, False)
+
+
+@njit(cache=True)
 def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
          ekey, ecnt, top, queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce, samples,
-         everything):
+         everything, rhist, fine, order):
     width = bits.shape[0]
     nv = (length + 7) // 8
     n = nv if block else length
@@ -1007,6 +1077,8 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
                 v = 0
             out[j] = v
         return 0
+    if V == 1:  # the register build (2.13)
+        return _register(ekey, ecnt, nv, k, T, mutant, out, tr, rhist, fine, order, cg, ce)
 
     # DM: policy.direct_max_length(C, V), the longest row of the direct path (2.3); on the
     # streamed builds (U > 0: their tile's vectors a thread) D is the stage, and longer
@@ -1095,10 +1167,13 @@ def _simulate_rows(logits, lengths, k, block, C, T, V, DM, QM, U, QC, mutant, ou
     ce = np.zeros(T, np.int64)
     samples = np.zeros(SAMPLES, np.int64)
     everything = np.arange(nvmax if QC else 0, dtype=np.int64)  # the fallback's "queue": every vector
+    rhist = np.zeros(REG_BINS if V == 1 else 0, np.int64)  # the register build's two passes (2.13)
+    fine = np.zeros(REG_FINE_MASK + 1, np.int64)
+    order = np.arange(nvmax if V == 1 else 0, dtype=np.int64)  # its write's "queue": every vector
     for r in range(rows):
         wild[r] = _row(logits[r], lengths[r], k, block, C, T, V, DM, QM, U, r, mutant, out[r], trace[r],
                        ekey, ecnt, top, queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce,
-                       samples, everything)
+                       samples, everything, rhist, fine, order)
 
 
 def resolve_build(rows, width, build=None, resident=None, block_mode=False):

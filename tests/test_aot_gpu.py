@@ -49,6 +49,10 @@ def test_trace_matches_model_every_build(build, block_mode):
     from decode_topk.conformance.checker import check
     from decode_topk.reference.model import simulate
 
+    if block_mode not in build.modes:  # the register build: token rows only (SPEC 2.13)
+        with pytest.raises(ValueError, match="takes token rows only"):
+            run_numpy(aot_loader.AOT, *_rows(np.random.default_rng(7), 2, 64), 512, True, build=build)
+        return
     rng = np.random.default_rng(7)
     # long enough for the sampled (or streamed) path; within the 1-CTA builds' capacity in
     # this mode (1x512x4: 65,536 token logits, streamed; its stage in block mode)

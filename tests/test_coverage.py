@@ -88,7 +88,7 @@ def _combinations_of_every_length(build):
     pass's, SPEC 2.5)."""
     combos = set()
     attempts = [(cv.SAMPLED, cv.NONE), (cv.DIRECT, cv.UNDERFLOW), (cv.DIRECT, cv.OVERFLOW)]
-    for block_mode in (False, True):
+    for block_mode in build.modes:
         lengths = np.arange(build.capacity_in(block_mode) + 1)
         filled = cv.slots_reached(build, lengths)
         streamed = cv.streamed_rows(build, lengths)
@@ -117,11 +117,15 @@ def test_reachable_is_what_every_length_allows(build):
         assert f"{build.name} token sampled: slots s;" in line and f"{build.name} token direct:overflow: slots s" in line
     elif policy.direct_max_length(build.cluster, build.vectors) < build.capacity:
         assert f"{build.name} token sampled: slots 0-{build.vectors - 1};" in line
-    else:  # 1x512x8: every token row up to its capacity takes the direct path
-        assert "token sampled" not in line and f"{build.name} token direct: slots 0-{build.vectors - 1}" in line
+    else:  # 1x512x8 and the register build: every token row up to its capacity takes the direct path
+        slots = f"0-{build.vectors - 1}" if build.vectors > 1 else "0"
+        assert "token sampled" not in line and f"{build.name} token direct: slots {slots}" in line
     # a short block row's 2048 vectors: 4 slots of one CTA, 2 at 2 CTAs a row
     short = {1: "0-3", 2: "0-1"}.get(build.cluster, "0")
-    assert f"{build.name} block short: slots -, {short};" in line
+    if build.registers:  # token rows only (SPEC 2.13)
+        assert "block" not in line
+    else:
+        assert f"{build.name} block short: slots -, {short};" in line
 
 
 def test_the_model_at_ci_reaches_every_reachable_combination(model_ci):
@@ -169,7 +173,7 @@ def test_dropping_a_top_slot_case_leaves_its_slots_unreached(model_ci, case):
 # then the top-slot cases (the last one is dropped below)
 MINIMAL = ["lengths", "one-cta-direct", "one-cta-underflow-wide", "needles", "plateau", "sampled-lengths",
            "sampled-underflow", "sampled-narrow-overflow", "sampled-narrow-overflow-65536", "stage-16384",
-           "streamed-queue"] + \
+           "streamed-queue", "register-boundaries"] + \
     [c.name for c in TOP_SLOT_CASES]
 
 

@@ -36,7 +36,9 @@ def test_build_spellings():
         assert build.stage == build.cluster * build.threads * build.vectors * 8
         # a token row of a streamed build may be as wide as any; a block row never streams
         assert build.capacity == (policy.MAX_WIDTH if build.streams else build.stage)
-        assert (build.capacity_in(False), build.capacity_in(True)) == (build.capacity, build.stage)
+        # the register build takes token rows only (SPEC 2.13)
+        assert (build.capacity_in(False), build.capacity_in(True)) == (build.capacity,
+                                                                       0 if build.registers else build.stage)
     assert [b.name for b in BUILDS if b.streams] == [policy.STREAM.name, policy.STREAM_2.name] == \
         ["1x512x4", "2x512x4"]
     for bad in ("8x1024x8", "8x16", "8x512", "8-512-8", "x", (8,), (8, 512, 8, 1), (True, 8), 8, None, 8.0):
@@ -46,7 +48,8 @@ def test_build_spellings():
 
 def test_variants_and_names():
     every = policy.variants((False, True))
-    assert len(every) == len(set(every)) == len(policy.KS) * len(BUILDS) * 2 * 2
+    assert len(every) == len(set(every)) == len(policy.KS) * sum(len(b.modes) for b in BUILDS) * 2
+    assert [b.name for b in BUILDS if b.modes != (False, True)] == ["1x1024x1"]  # token rows only (SPEC 2.13)
     assert len({v.name for v in every}) == len(every)
     assert Variant(512, Build.of(16, 16), True, False).name == "dtk_k512_c16_v16_blk1_tr0"
 

@@ -22,14 +22,14 @@ from decode_topk.kernel import policy  # noqa: E402
 def test_every_configuration_can_run(name):
     assert profile_phases.CONFIGS[name]
     for rows, width, k, block_mode, (cluster, vectors), overrides in profile_phases.CONFIGS[name]:
-        threads = overrides.get("threads", policy.threads_for(cluster))
+        threads = overrides.get("threads", policy.threads_for(cluster, vectors))
         assert rows >= 1 and k in policy.KS
         # a streamed build's token rows hold any width (SPEC 2.12), any other row its stage's
         assert width <= policy.Build(cluster, threads, vectors).capacity_in(block_mode), (name, rows, width, cluster,
                                                                                           vectors)
         if "threads" not in overrides:
             assert policy.Build.of(cluster, vectors) in policy.BUILDS, (name, cluster, vectors)
-        topk = dtk.DecodeTopK(k, cluster, vectors, block_mode, profile=True)
+        topk = dtk.make_decode_topk(k, cluster, vectors, block_mode, profile=True)
         unknown = [attr for attr in overrides if attr not in ("threads", "data") and not hasattr(topk, attr)]
         assert unknown == [], (name, unknown)
 

@@ -137,8 +137,10 @@ def _reference_launch(canonical):
 
 def test_soak_batch_counts_rows_differing_from_canonical():
     runs = soak.soak_batch(4136, 24, seed=3, device="cpu", launch=_reference_launch(True))
-    builds = 1 + sum(4136 <= b.capacity for b in policy.BUILDS)
-    assert len(runs) == 2 * len(policy.KS) * builds
+    # the policy's build and every build that holds the width, in each mode (the register
+    # build: token rows only)
+    assert len(runs) == len(policy.KS) * sum(1 + sum(4136 <= b.capacity_in(m) for b in policy.BUILDS)
+                                             for m in (False, True))
     assert all(r["violating_rows"] == 0 and r["not_canonical_rows"] == 0 for r in runs.values()), runs
     runs = soak.soak_batch(4136, 24, seed=3, device="cpu", launch=_reference_launch(False))
     assert all(r["violating_rows"] == 0 for r in runs.values())  # the contract holds
