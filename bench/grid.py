@@ -213,7 +213,7 @@ def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
         seq = torch.full((requests,), length, dtype=torch.int32, device="cuda")
     lengths = gpu_check.seq_lens_lengths(seq, next_n, width)
     resident = aot.resident_for(k, block_mode)
-    build = policy.build_for(rows, width, resident, block_mode)
+    build = policy.build_for(rows, width, resident, block_mode, k)
     slices = aot.launch_slices(rows, width, k, block_mode, next_n)
     rec.update(build=build.name, launches=len(slices))
     out = torch.full((rows, k), POISON, dtype=torch.int32, device="cuda")

@@ -54,7 +54,7 @@ def main(argv=None):
     _, trace = simulate(logits, lengths, args.k, args.block)
     took = time.perf_counter() - t0
     paths = np.bincount(trace[:, 0], minlength=3)
-    build = resolve_build(args.rows, args.width, block_mode=args.block).name
+    build = resolve_build(args.rows, args.width, block_mode=args.block, k=args.k).name
     distinct = len(np.unique(logits[0]))
     print(f"data: {args.data}, {distinct} distinct values in row 0, made in {made:.1f} s; "
           f"warm-up (JIT or cache load): {warm:.2f} s")

@@ -108,7 +108,7 @@ def big_batch(rows, width, seed, trace_rows, results):
                     timer = Timer()
                     if build is None:
                         res = aot_loader.resident_for(k, block_mode, False)
-                        rec["build"] = f"policy={policy.build_for(rows, width, res, block_mode).name}"
+                        rec["build"] = f"policy={policy.build_for(rows, width, res, block_mode, k).name}"
                     timer.start()
                     aot_loader.decode_topk_aot(logits, lengths, k, out=out, block_mode=block_mode, build=build)
                     rec["kernel_ms"] = round(timer.stop(), 3)

@@ -69,7 +69,7 @@ def run_numpy(launcher, logits_bits, lengths, k, block_mode=False, build=None, t
         ran = Build.parse(build)
     else:
         ran = policy.build_for(rows, width, lambda b: launcher.resident(Variant(k, b, bool(block_mode), trace),
-                                                                         logits.device), bool(block_mode))
+                                                                         logits.device), bool(block_mode), k)
     return out.cpu().numpy(), (tr.cpu().numpy() if trace else None), ran
 
 

@@ -17,6 +17,7 @@ or a class attribute named 'Build.<attr>'.
 """
 
 import contextlib
+import itertools
 import math
 
 from decode_topk.kernel import policy
@@ -39,8 +40,9 @@ STREAMED = {"1x512x4": ((EDGE_MAX, EDGE_STAGE), EDGE_STAGE), "2x512x4": ((EDGE_M
 # The stream rule (SPEC 2.1, 2.12): token batches wider than EDGE_1 logits stream up to
 # STREAM_WIDTH logits where 2x512x16 would take at least WAVE_RATIO times the waves of the
 # streamed build, from STREAM_ROWS rows past it, and past the 16-CTA build's two waves;
-# they take 1x512x4 past the resident 2x512x4 clusters up to EDGE_8 logits, else 2x512x4.
-# Measured on the H200 (kernel/policy.py's STREAM_ROWS, STREAM_WIDTH, STREAM_1_WIDTH and
+# they take 1x512x4 past the resident 2x512x4 clusters up to EDGE_8 logits (at k = 512 up
+# to EDGE_16 while the rows fit one wave of 1x512x4), else 2x512x4. Measured on the H200
+# (kernel/policy.py's STREAM_ROWS, STREAM_WIDTH, STREAM_1_WIDTH, STREAM_1_WIDTH_K512 and
 # STREAM_WAVE_RATIO): when they change there, change these with them; the edge table
 # follows them.
 STREAM_ROWS = 32
@@ -85,19 +87,23 @@ def expected_streams(rows, width, resident, block_mode=False):
     return rows >= STREAM_ROWS or (width > EDGE_16 and rows > 2 * resident(policy.Build(16, 512, 16)))
 
 
-def expected_stream_build(rows, width, resident):
+def expected_stream_build(rows, width, resident, k=None):
     """Which streamed build a streaming batch takes: 1x512x4 when the rows outnumber the
-    resident 2x512x4 clusters and are at most EDGE_8 logits wide, else 2x512x4."""
-    return "1x512x4" if width <= EDGE_8 and rows > resident(policy.Build(2, 512, 4)) else "2x512x4"
+    resident 2x512x4 clusters and are at most EDGE_8 logits wide, or at k = 512 at most
+    EDGE_16 wide and no more than the resident 1x512x4 CTAs; else 2x512x4."""
+    if rows <= resident(policy.Build(2, 512, 4)):
+        return "2x512x4"
+    one_wave = rows <= resident(policy.Build(1, 512, 4))
+    return "1x512x4" if width <= EDGE_8 or (k == 512 and width <= EDGE_16 and one_wave) else "2x512x4"
 
 
-def expected_build(rows, width, resident, block_mode=False):
-    """SPEC 2.1's build for rows x width in this mode, as a name (independent of
-    kernel/policy.py)."""
+def expected_build(rows, width, resident, block_mode=False, k=None):
+    """SPEC 2.1's build for rows x width in this mode at k (None: any), as a name
+    (independent of kernel/policy.py)."""
     if not block_mode and width <= EDGE_REGISTER and rows <= resident(policy.Build(1, 1024, 1)):
         return "1x1024x1"
     if expected_streams(rows, width, resident, block_mode):
-        return expected_stream_build(rows, width, resident)
+        return expected_stream_build(rows, width, resident, k)
     if width <= EDGE_8:
         two_fits = rows <= resident(policy.Build(2, 512, 8))
         if two_fits and width <= EDGE_TWO_FIRST:
@@ -155,15 +161,15 @@ def _edge_problems(p):
         for width in widths:
             for block_mode in (False, True):
                 mode = "block" if block_mode else "token"
-                for rows in row_counts:
+                for rows, k in itertools.product(row_counts, (None, 512, 2048)):
                     try:
-                        got = p.build_for(rows, width, resident, block_mode).name
+                        got = p.build_for(rows, width, resident, block_mode, k).name
                     except ValueError as exc:
                         got = f"ValueError({exc})"
-                    want = expected_build(rows, width, resident, block_mode)
+                    want = expected_build(rows, width, resident, block_mode, k)
                     if got != want:
-                        problems.append(f"build_for(rows={rows}, width={width}, resident {small}/{large16}, {mode}): "
-                                        f"{got}, SPEC 2.1 says {want}")
+                        problems.append(f"build_for(rows={rows}, width={width}, resident {small}/{large16}, {mode}, "
+                                        f"k={k}): {got}, SPEC 2.1 says {want}")
                 got_limit = p.max_rows(width, resident, block_mode)
                 want_limit = expected_max_rows(width, resident, block_mode)
                 if got_limit != want_limit:
@@ -298,9 +304,11 @@ def _streams_for(modes=lambda block_mode: not block_mode, low=lambda w, c: w > c
     return {"streams_for": streams_for}
 
 
-def _stream_build_for(narrow=lambda w, c: w <= c, many=lambda r, n: r > n, asked=None):
-    def stream_build_for(rows, width, resident):
-        if narrow(width, policy.STREAM_1_WIDTH) and many(rows, resident(asked or policy.STREAM_2)):
+def _stream_build_for(narrow=lambda w, c: w <= c, many=lambda r, n: r > n, asked=None,
+                      k512=lambda k: k == 512, wide=lambda w, c: w <= c, one_wave=lambda r, n: r <= n):
+    def stream_build_for(rows, width, resident, k=None):
+        if many(rows, resident(asked or policy.STREAM_2)) and (narrow(width, policy.STREAM_1_WIDTH) or (
+                k512(k) and wide(width, policy.STREAM_1_WIDTH_K512) and one_wave(rows, resident(policy.STREAM)))):
             return policy.STREAM
         return policy.STREAM_2
     return {"stream_build_for": stream_build_for}
@@ -435,6 +443,16 @@ POLICY_MUTANTS = {
                                  lambda: _stream_build_for(many=lambda r, n: r >= n)),
     "stream_build_resident_16": ("the streamed build's choice asks 2x512x16's residency, not 2x512x4's",
                                  lambda: _stream_build_for(asked=policy.Build.of(2, 16))),
+    "stream_k512_never": ("1x512x4 never past STREAM_1_WIDTH logits, whatever k",
+                          lambda: _stream_build_for(k512=lambda k: False)),
+    "stream_k512_any_k": ("1x512x4 up to STREAM_1_WIDTH_K512 logits at every k (k = 2048 too)",
+                          lambda: _stream_build_for(k512=lambda k: True)),
+    "stream_k512_up_to_1m": ("at k = 512, 1x512x4 at any width while its rows fit one wave",
+                             lambda: _stream_build_for(wide=lambda w, c: True)),
+    "stream_k512_waves": ("at k = 512, 1x512x4 up to STREAM_1_WIDTH_K512 logits in waves too",
+                          lambda: _stream_build_for(one_wave=lambda r, n: True)),
+    "stream_k512_wave_strict": ("at k = 512, 1x512x4 only below one full wave (rows < resident, not <=)",
+                                lambda: _stream_build_for(one_wave=lambda r, n: r < n)),
     # the stream rule (SPEC 2.1, 2.12)
     "stream_never": ("no batch streams", lambda: _streams_for(modes=lambda block_mode: False)),
     "stream_block_mode": ("block batches stream too", lambda: _streams_for(modes=lambda block_mode: True)),

@@ -230,7 +230,7 @@ class _Model:
 
     def __call__(self, logits_bits, lengths, k, block_mode=False, build=None):
         rows, width = logits_bits.shape
-        self.last_build = self.model.resolve_build(rows, width, build, block_mode=block_mode)
+        self.last_build = self.model.resolve_build(rows, width, build, block_mode=block_mode, k=k)
         return self.model.simulate(logits_bits, lengths, k, block_mode, build=self.last_build)
 
 

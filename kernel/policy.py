@@ -291,6 +291,13 @@ def cluster_for(rows, width, resident):
 STREAM_ROWS = 32
 STREAM_WIDTH = 131072
 STREAM_1_WIDTH = 262144
+# At k = 512 the one-CTA build's queue holds the survivors of rows twice as wide: up to
+# STREAM_1_WIDTH_K512 logits it takes the batches that fit one wave of it and not of
+# 2x512x4 (forced builds on 5a264f4357d9, 524,288 logits: 96-128 rows 0.93-0.965 of 2x512x4's
+# time, rho 0.999 included; 64 rows 1.47-1.56x and 192 rows 1.13-1.14x slower;
+# bench/NOTES.md sessions 18-19). At k = 2048 its queue overflows there (rho 0.999: 283.3
+# against 105.0 us at 128 x 524288).
+STREAM_1_WIDTH_K512 = 524288
 # Up to STREAM_WIDTH, since the streamed builds' narrow pass (kernel 5a264f4357d9): at 72-128
 # rows, 2x512x16 in two waves against one of 1x512x4, the stream took 0.81-0.97 of the time;
 # at 160 (three against two) 0.94-1.15; at 256 (four against two) 0.77-0.91 (session 19).
@@ -320,11 +327,13 @@ def streams_for(rows, width, resident, block_mode=False):
     return width > Build.of(8, 16).stage and rows > WAVES_16 * resident(Build.of(16, 16))
 
 
-def stream_build_for(rows, width, resident):
+def stream_build_for(rows, width, resident, k=None):
     """The streamed build of a streaming batch (SPEC.md 2.1): 1x512x4 when its rows
-    outnumber the resident 2x512x4 clusters and are at most STREAM_1_WIDTH logits wide,
-    else 2x512x4."""
-    if width <= STREAM_1_WIDTH and rows > resident(STREAM_2):
+    outnumber the resident 2x512x4 clusters and are at most STREAM_1_WIDTH logits wide, or
+    at k = 512 at most STREAM_1_WIDTH_K512 wide while they fit one wave of 1x512x4; else
+    2x512x4. (k None: the rule of every k.)"""
+    if rows > resident(STREAM_2) and (width <= STREAM_1_WIDTH or (
+            k == 512 and width <= STREAM_1_WIDTH_K512 and rows <= resident(STREAM))):
         return STREAM
     return STREAM_2
 
@@ -336,12 +345,14 @@ def registers_for(rows, width, resident, block_mode=False):
     return not block_mode and width <= REGISTER.stage and rows <= resident(REGISTER)
 
 
-def build_for(rows, width, resident, block_mode=False):
-    """The Build that runs rows x width (SPEC.md 2.1)."""
+def build_for(rows, width, resident, block_mode=False, k=None):
+    """The Build that runs rows x width at k (SPEC.md 2.1; k None: the choice the rules
+    of every k make, which differs from k = 512's only in the streamed build of rows of
+    262,145-524,288 logits)."""
     if registers_for(rows, width, resident, block_mode):
         return REGISTER
     if streams_for(rows, width, resident, block_mode):
-        return stream_build_for(rows, width, resident)
+        return stream_build_for(rows, width, resident, k)
     cluster = cluster_for(rows, width, resident)
     return Build.of(cluster, vectors_for(width, cluster))
 
@@ -471,7 +482,7 @@ def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_
                  build=None, block_mode=False):
     """Raise ValueError naming the bad value unless one DecodeTopK launch takes these
     arguments (SPEC.md 1.5); else return (build, row_stride): the Build to launch
-    (build_for(rows, width, resident), or `build` (anything Build.parse takes), checked to
+    (build_for(rows, width, resident, block_mode, k), or `build` (anything Build.parse takes), checked to
     hold the width) and the row stride of check_logits.
 
     logits: CUDA bfloat16 [rows, width]; lengths: int32 [rows // next_n] (one a request
@@ -481,7 +492,7 @@ def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_
     rows, width = logits.shape
     if chosen is None:
         _check_rows(rows, width, resident, block_mode)
-        return build_for(rows, width, resident, block_mode), row_stride
+        return build_for(rows, width, resident, block_mode, k), row_stride
     if block_mode not in chosen.modes:
         raise ValueError(f"build {chosen.name} takes token rows only, not block_mode={block_mode}")
     capacity = chosen.capacity_in(block_mode)

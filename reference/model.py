@@ -1176,15 +1176,15 @@ def _simulate_rows(logits, lengths, k, block, C, T, V, DM, QM, U, QC, mutant, ou
                        samples, everything, rhist, fine, order)
 
 
-def resolve_build(rows, width, build=None, resident=None, block_mode=False):
+def resolve_build(rows, width, build=None, resident=None, block_mode=False, k=None):
     """The Build to simulate: `build` (anything Build.parse takes), checked to hold the
-    width in this mode, or the policy's choice for rows x width in this mode with
+    width in this mode, or the policy's choice for rows x width in this mode at k with
     resident(build) clusters resident (default: every row's cluster at once)."""
     if build is None:
         if resident is None:
             def resident(b):  # every row's cluster resident at once
                 return rows
-        chosen = policy.build_for(rows, width, resident, block_mode)
+        chosen = policy.build_for(rows, width, resident, block_mode, k)
         limit = policy.max_rows(width, resident, block_mode)
         if limit is not None and rows > limit:
             raise ValueError(f"rows = {rows} exceeds the {limit} rows the 16-CTA build takes at width {width}")
@@ -1201,14 +1201,14 @@ def simulate(logits_bits, lengths, k, block_mode=False, *, build=None, resident=
     """(out int32 [rows, k], trace int32 [rows, 8]) of DecodeTopK's algorithm.
 
     On `build` (anything Build.parse takes: a Build, 'CxTxV', (cluster, vectors)),
-    checked to hold the width, else on policy.build_for(rows, width, resident, block_mode) with
-    resident defaulting to "every row's cluster resident". `mutant` (0: none) plants one
-    bug of MUTANTS (by id or name)."""
+    checked to hold the width, else on policy.build_for(rows, width, resident, block_mode,
+    k) with resident defaulting to "every row's cluster resident". `mutant` (0: none)
+    plants one bug of MUTANTS (by id or name)."""
     lengths = validate_inputs(logits_bits, lengths, k)
     block_mode = policy.check_flag("block_mode", block_mode)
     k = int(k)
     rows, width = logits_bits.shape
-    chosen = resolve_build(rows, width, build, resident, block_mode)
+    chosen = resolve_build(rows, width, build, resident, block_mode, k)
     C, T, V = chosen
     U, QC = (policy.STREAM_TILE, policy.STREAM_QUEUE) if chosen.streams else (0, 0)
     if isinstance(mutant, str):

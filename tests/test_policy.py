@@ -81,6 +81,19 @@ def test_launch_slices():
     assert policy.launch_slices(0, wide, lambda b: 7) == []
 
 
+def test_k512_streams_wider_rows_on_one_cta():
+    """At k = 512 one wave of 1x512x4 takes streaming batches up to STREAM_1_WIDTH_K512
+    logits (SPEC.md 2.1); at k = 2048 (and for k None) 2x512x4 does past STREAM_1_WIDTH."""
+    width = policy.STREAM_1_WIDTH + 8
+    resident = lambda b: 132 if b == policy.STREAM else 66  # noqa: E731
+    assert policy.build_for(128, width, resident, k=512) == policy.STREAM
+    assert policy.build_for(128, width, resident, k=2048) == policy.STREAM_2
+    assert policy.build_for(128, width, resident) == policy.STREAM_2
+    assert policy.build_for(133, width, resident, k=512) == policy.STREAM_2  # two waves of it
+    assert policy.build_for(64, width, resident, k=512) == policy.STREAM_2  # 2x512x4 in one wave
+    assert policy.build_for(128, policy.STREAM_1_WIDTH_K512 + 8, resident, k=512) == policy.STREAM_2
+
+
 def test_a_truthy_string_is_no_block_mode():
     """'false' is truthy: taken as block_mode it would silently switch the mode."""
     from decode_topk.conformance.checker import check
