@@ -512,14 +512,20 @@ def smem_layout(regions):
     return offsets, offset
 
 
+@cute.jit
 def row_length(logits, lengths, row):
     """Row `row`'s length: one length a request, next_n = rows / len(lengths) rows a request
     (speculative decode): row r is draft r % next_n of request r // next_n and sees seq_len -
     (next_n - 1 - r % next_n) tokens (decode_topk passes one length a row, next_n = 1). The
     seq_len is clamped at 0 first, so the subtraction cannot wrap; then the length to [0,
-    width], so no read leaves the row."""
-    next_n = logits.shape[0] // lengths.shape[0]
-    request = row // next_n
+    width], so no read leaves the row. With one length a row the two divisions are skipped
+    (a branch the whole grid takes alike): each is about 35 SASS instructions a thread,
+    issued before the length's load can start."""
+    next_n = Int32(1)
+    request = row
+    if lengths.shape[0] != logits.shape[0]:
+        next_n = logits.shape[0] // lengths.shape[0]
+        request = row // next_n
     seq_len = cutlass.max(Int32(lengths[request]), Int32(0))
     return cutlass.min(cutlass.max(seq_len - (next_n - 1 - (row - request * next_n)), Int32(0)), logits.shape[1])
 
@@ -1894,14 +1900,17 @@ class DecodeTopKRegister:
         self.trace = bool(trace) or bool(profile)
         self.profile = bool(profile)
         self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
-        # Shared memory, byte offsets: "hist" the first pass's REG_BINS bins (zeroed at
-        # entry, one 16-byte store a thread), "fine" the second pass's 16 bins, "totals"
-        # the warps' sums of the first selection and "scan" those of the write (32 words
-        # each), "misc" the first selection's answer (bin, count above: words 0, 1), and
-        # "trash" a word a lane for the passes' uncounted keys.
-        regions = (("hist", REG_BINS * 4), ("fine", 64), ("totals", 128), ("scan", 128), ("misc", 16),
-                   ("trash", 128))
+        # Shared memory, byte offsets: "trash" a word a lane for the passes' uncounted keys
+        # (right below "hist": a stray key's pass-1 bin -(lane + 1) is its lane's word),
+        # "hist" the first pass's REG_BINS bins (zeroed at entry, one 16-byte store a
+        # thread), "fine" the second pass's 16 bins, "totals" the warps' sums of the first
+        # selection and "scan" those of the write (32 words each), "misc" the first
+        # selection's answer (bin, count above: words 0, 1).
+        regions = (("trash", 128), ("hist", REG_BINS * 4), ("fine", 64), ("totals", 128), ("scan", 128),
+                   ("misc", 16))
         self.offsets, self.smem_bytes = smem_layout(regions)
+        if self.offsets["hist"] - self.offsets["trash"] != 32 * 4:
+            raise ValueError("a stray key's pass-1 bin -(lane + 1) must be its lane's trash word")
         if REG_BINS != 4 * self.threads:
             raise ValueError("the first pass's bins are zeroed and selected four a thread")
 
@@ -1932,28 +1941,36 @@ class DecodeTopKRegister:
             shared_store_u32x4(sm["fine"] + tid * 16, [Int32(0)] * 4)
 
         cute.arch.griddepcontrol_wait()
-        length = row_length(logits, lengths, row)
+        # Thread t's vector t, loaded before the length is known, so that the row's load and
+        # the length's overlap (about 1,000 cycles each from HBM): every lane inside the
+        # row's width (1.2: nothing past the width is read; lanes at or past the length are
+        # read and never counted), one 16-byte load when whole, the width's one partial
+        # vector lane by lane.
         row_logits = logits.iterator.toint() + Int64(row) * Int64(logits.layout.stride[0]) * 2
+        reach = cutlass.max(cutlass.min(logits.shape[1] - tid * 8, Int32(8)), Int32(0))
+        address = row_logits + Int64(tid) * 16
+        words = load_full_u32x4(address, _pick(reach == 8, 1, 0))
+        if (reach > 0) & (reach < 8):
+            words = load_u32x4(address, reach)
+        length = row_length(logits, lengths, row)
         out_row = out.iterator.toint() + Int64(row) * (k * 4)
         self.stamp(trace_row, rank, tid, "inputs")
         for f in cutlass.range_constexpr(len(TRACE_FIELDS)):
             self.record(trace_row, rank, tid, TRACE_FIELDS[f], Int32(0) if f < 2 else Int32(-1))
         if length <= k:
-            # Short rows (1.4): out[j] = j below the length, -1 from it; nothing read.
+            # Short rows (1.4): out[j] = j below the length, -1 from it; no logit counted.
             cute.arch.griddepcontrol_launch_dependents()
             for j in cutlass.range(tid, k, nt):
                 store_s32(out_row + Int64(j) * 4, _pick(j < length, j, -1), Int32(1))
         else:
-            # Thread t's vector t: its valid lanes, one 16-byte load when whole, the row's
-            # one partial vector lane by lane (nothing at or past the length is read).
+            # A key at or past the length becomes its lane's stray key -16 (lane + 1): below
+            # every real key (0 .. 0xFFFF), so no selection counts it and no write takes it,
+            # and its pass-1 bin -(lane + 1) is the lane's own word of "trash", which sits
+            # just below "hist" (no validity flag a key, and no two lanes at one address).
             lanes = cutlass.max(cutlass.min(length - tid * 8, Int32(8)), Int32(0))
-            address = row_logits + Int64(tid) * 16
-            words = load_full_u32x4(address, _pick(lanes == 8, 1, 0))
-            if (lanes > 0) & (lanes < 8):
-                words = load_u32x4(address, lanes)
             kw = [key_word(w) for w in words]
-            keys = [word_key(kw, e) for e in range(8)]
-            oks = [_pick(e < lanes, 1, 0) for e in range(8)]
+            stray = Int32(-16) - lane * 16
+            keys = [_pick(e < lanes, word_key(kw, e), stray) for e in range(8)]
             # Every thread has zeroed its four bins before any thread adds into them (the
             # loads are in flight meanwhile). Without this barrier a warp that runs ahead
             # adds into bins not yet zeroed: wrong answers under compute-sanitizer's
@@ -1963,7 +1980,8 @@ class DecodeTopKRegister:
             self.stamp(trace_row, rank, tid, "staged")
 
             # Pass 1: key >> REG_FINE_SHIFT into REG_BINS bins.
-            hist_add_keys(sm["hist"], [key >> REG_FINE_SHIFT for key in keys], oks, lane, sm["trash"] + lane * 4)
+            self.count_high(sm["hist"], keys, lane, cutlass.max(cutlass.min(length - warp * 256, Int32(256)),
+                                                                Int32(0)))
             cute.arch.sync_threads()
             # Every thread's vector is in its registers and counted: the row is read (2.10).
             cute.arch.griddepcontrol_launch_dependents()
@@ -1975,10 +1993,9 @@ class DecodeTopKRegister:
             # Few keys count here, so no uniform-warp test: each key adds 1, an uncounted one
             # into the lane's own trash word, so the adds neither branch (as predicated adds
             # do) nor meet at one address (bench/NOTES.md session 20).
-            for key, ok in zip(keys, oks):
-                counted = ok & _pick((key >> REG_FINE_SHIFT) == high, 1, 0)
-                shared_add(_pick(counted != 0, sm["fine"] + (key & REG_FINE_MASK) * 4, sm["trash"] + lane * 4),
-                           Int32(1))
+            for key in keys:
+                shared_add(_pick((key >> REG_FINE_SHIFT) == high, sm["fine"] + (key & REG_FINE_MASK) * 4,
+                                 sm["trash"] + lane * 4), Int32(1))
             cute.arch.sync_threads()
             self.stamp(trace_row, rank, tid, "pass2")
             low, above2 = self.select_low(sm, lane, k - above1)
@@ -1987,28 +2004,66 @@ class DecodeTopKRegister:
             need = k - above
             self.stamp(trace_row, rank, tid, "selected")
 
-            # The ranked write: thread t's keys > K (flag bits 0-7) and == K (8-15), their
-            # counts packed gt | eq << 16 (at most 8,192 each), one CTA scan in thread order.
-            flags = Int32(0)
+            # The ranked write: thread t's keys > K (bits gt) and == K (bits eq), their counts
+            # packed gt | eq << 16 (at most 8,192 each), one CTA scan in thread order.
+            gt = Int32(0)
+            eq = Int32(0)
             for e in cutlass.range_constexpr(8):
-                flags = flags | ((oks[e] & _pick(keys[e] > kth, 1, 0)) << e) | (
-                    (oks[e] & _pick(keys[e] == kth, 1, 0)) << (8 + e))
-            below = self.cta_exclusive_sum(sm["scan"], popc(flags & 0xFF) + (popc(flags >> 8) << 16), lane, warp)
+                gt = gt | (_pick(keys[e] > kth, 1, 0) << e)
+                eq = eq | (_pick(keys[e] == kth, 1, 0) << e)
+            ties = popc(eq)
+            below = self.cta_exclusive_sum(sm["scan"], popc(gt) + (ties << 16), lane, warp)
             self.stamp(trace_row, rank, tid, "swept")
-            rank_gt = below & 0xFFFF
-            rank_eq = below >> 16
-            for e in cutlass.range_constexpr(8):
-                is_gt = (flags >> e) & 1
-                is_eq = (flags >> (8 + e)) & 1
-                slot = rank_gt + _pick(is_gt != 0, cutlass.min(rank_eq, need), rank_eq)
-                store_s32(out_row + Int64(slot) * 4, tid * 8 + e, is_gt | (is_eq & _pick(rank_eq < need, 1, 0)))
-                rank_gt = rank_gt + is_gt
-                rank_eq = rank_eq + is_eq
+            self.write_chosen(out_row, tid, gt, eq, ties, below & 0xFFFF, below >> 16, need)
             self.stamp(trace_row, rank, tid, "placed")
             self.record(trace_row, rank, tid, "path", Int32(2))
             self.record(trace_row, rank, tid, "kth", kth)
             self.record(trace_row, rank, tid, "above", above)
         self.stamp(trace_row, rank, tid, "end")
+
+    @cute.jit
+    def count_high(self, hist, keys, lane, total):
+        """Pass 1: each valid key's bin key >> REG_FINE_SHIFT into "hist"; total is the
+        warp's valid keys (all of its lanes' below the length). When every valid key of the
+        warp holds one bin (its unsigned least bin, where a stray key's negative bin is the
+        largest, equals its signed greatest, where a stray bin is the least: two redux.sync
+        and no flag a key), lane 0 adds the total; else each key adds 1 at its bin, a stray
+        key in its lane's trash word below "hist" (2.13)."""
+        bins = [key >> REG_FINE_SHIFT for key in keys]
+        least = Uint32(bins[0])
+        most = bins[0]
+        for b in bins[1:]:
+            least = cutlass.min(least, Uint32(b))
+            most = cutlass.max(most, b)
+        least = cute.arch.warp_redux_sync(least, "umin")
+        most = cute.arch.warp_redux_sync(most, "max")
+        if (Int32(least) == most) | (total == 0):
+            shared_red(hist + most * 4, total, _pick((lane == 0) & (total > 0), 1, 0))
+        else:
+            for b in bins:
+                shared_add(hist + b * 4, Int32(1))
+
+    @cute.jit
+    def write_chosen(self, out_row, tid, gt, eq, ties, rank_gt, rank_eq, need):
+        """The ranked write of one thread (1.4, 2.13): its keys > K (bits gt) all, its keys
+        == K (bits eq, `ties` of them) while their rank among the row's is below need, the
+        lowest first. Before its first chosen key come rank_gt keys > K and min(rank_eq,
+        need) keys == K, all chosen, and the row's chosen keys are written in index order,
+        so each chosen key goes to that count plus the chosen keys before it in the thread;
+        a loop over the chosen bits (lowest first) stores only those: at k = 512 most
+        threads choose none."""
+        kept = eq
+        # The ties past need, highest first: none in most threads (a loop of no trip, where
+        # an unrolled bit-by-bit mask would cost every thread ~35 instructions).
+        for _ in cutlass.range(ties - cutlass.min(cutlass.max(need - rank_eq, Int32(0)), ties), unroll=1):
+            kept = kept ^ (Int32(1) << Int32(cute.arch.bfind(Uint32(kept))))
+        chosen = gt | kept
+        slot = rank_gt + cutlass.min(rank_eq, need)
+        for _ in cutlass.range(popc(chosen)):
+            lowest = chosen & (0 - chosen)
+            store_s32(out_row + Int64(slot) * 4, tid * 8 + popc(lowest - 1), Int32(1))
+            chosen = chosen ^ lowest
+            slot = slot + 1
 
     @cute.jit
     def select_high(self, sm, tid, lane, warp, q):

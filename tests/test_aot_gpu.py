@@ -104,6 +104,30 @@ def test_garbage_past_length_is_ignored():
         np.testing.assert_array_equal(a_trace, b_trace)
 
 
+def test_register_build_odd_width():
+    """The register build loads every lane inside the width before the length is known
+    (SPEC.md 2.13): under a width of 8,189 (a padded view whose last vector is partial,
+    loaded lane by lane), lengths around each k and at each lane of the last vectors, with
+    NaN past each length, give the contract's answer and the model's trace."""
+    from decode_topk.conformance.checker import check
+    from decode_topk.reference.model import simulate
+
+    rng = np.random.default_rng(4)
+    width = policy.REGISTER.stage - 3
+    lengths = np.array(sorted({0, 1, *(k + d for k in policy.KS for d in (-1, 0, 1)), *range(width - 9, width + 1)}),
+                       np.int32)
+    bits = rng.integers(0, 1 << 16, size=(lengths.size, width), dtype=np.uint16)
+    bits[1::2, :] = np.uint16(0x3F80)  # every other row one value: the uniform-warp adds beside stray keys
+    # +NaN past each length, the largest key: a lane counted or written past it moves K or is written
+    bits[np.arange(width)[None, :] >= lengths[:, None]] = np.uint16(0x7FC0)
+    for k in policy.KS:
+        out, trace, used = run_numpy(aot_loader.AOT, bits, lengths, k, False, build=policy.REGISTER, trace=True)
+        assert used == policy.REGISTER
+        m_out, m_trace = simulate(bits, lengths, k, False, build=policy.REGISTER)
+        np.testing.assert_array_equal(trace, m_trace, err_msg=f"k={k}")
+        assert check(bits, lengths, k, False, out) == []
+
+
 def test_padded_rows_side_stream_and_empty():
     from decode_topk.conformance.checker import check
 
