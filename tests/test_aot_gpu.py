@@ -123,7 +123,7 @@ def test_register_build_odd_width():
     for k in policy.KS:
         out, trace, used = run_numpy(aot_loader.AOT, bits, lengths, k, False, build=policy.REGISTER, trace=True)
         assert used == policy.REGISTER
-        m_out, m_trace = simulate(bits, lengths, k, False, build=policy.REGISTER)
+        _, m_trace = simulate(bits, lengths, k, False, build=policy.REGISTER)
         np.testing.assert_array_equal(trace, m_trace, err_msg=f"k={k}")
         assert check(bits, lengths, k, False, out) == []
 

@@ -160,10 +160,10 @@ def test_bad_out_raises(token_case, bad):
 # exactly the rule under test: the last slot (k - 1; K = k = 512 in this file) of the
 # reference's key-sorted answer holds the k-th largest element, the only one with the k-th
 # key, owed but not "above" it; the slots before it hold the keys above. Block rows put each block's value in one lane and -2.0 in the others,
-# and NaN in the newest block's logits and past the length (never read).
+# and NaN in the newest block's logits and past the length (never counted, SPEC.md 1.1).
 
 FILLER = 0xC000  # -2.0: below every value used
-GARBAGE = 0x7FC0  # NaN past the length and in the pinned block: never read
+GARBAGE = 0x7FC0  # NaN past the length and in the pinned block: never counted
 POISON = (-2, 0x7EADBEEF, np.iinfo(np.int32).min, np.iinfo(np.int32).max)
 
 

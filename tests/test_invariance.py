@@ -57,7 +57,7 @@ def _sprinkle(rng, row, patterns, fraction):
 
 def row_set(width, seed=0):
     """(names, bits uint16 [R, width], lengths int32 [R]): the rows every batch is made of,
-    past each length garbage and NaN (never read)."""
+    past each length garbage and NaN (never counted, SPEC.md 1.1)."""
     rng = np.random.default_rng(seed + width)
     rows = []
 
