@@ -64,7 +64,7 @@ def test_every_variant_compiles(table):
     errors = [f"{r['name']}@{r['arch']}: {r['error']}\n{r.get('log', '')[-2000:]}" for r in table if r.get("error")]
     assert not errors, "\n\n".join(errors)
     have = set(resources.load_kernel_module(resources.KERNEL_MODULE).variants())
-    assert have == {policy.Variant(k, b, m) for k in policy.KS for b in policy.BUILDS for m in (False, True)}
+    assert have == {policy.Variant(k, b, m) for k in policy.KS for b in policy.BUILDS for m in b.modes}
 
 
 def test_no_local_memory(table):
@@ -86,7 +86,7 @@ def test_launch_shape(table):
         if r.get("error"):
             continue
         k, cluster, vectors, block_mode, trace = r["variant"]
-        assert r["block"][0] == policy.threads_for(cluster), r["name"]
+        assert r["block"][0] == policy.threads_for(cluster, vectors), r["name"]
         assert r["smem"] is not None, f"{r['name']}: dynamic smem is not a compile-time constant"
         assert 0 <= r["smem"] <= SMEM_OPTIN_LIMIT, f"{r['name']}@{r['arch']}: smem {r['smem']} B"
         assert r["regs"] * r["block"][0] <= 65536, f"{r['name']}@{r['arch']}: {r['regs']} registers"
