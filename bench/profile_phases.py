@@ -3,8 +3,10 @@
     source .dsl/b/install.sh && python bench/profile_phases.py [SET ...]
 
 SETS: cluster (the default), one-cta, one-cta-1024, targets, q-min, cluster-direct, two-cta,
-micro, s13, s14, s15, s16; --time also times each configuration's profile build
-(CONFIGS below).
+micro, s13, s14, s15, s16, ...; --time also times each configuration's profile build
+(CONFIGS below); --base FILE also profiles each configuration on another kernel source
+first (an A/B in one run: e.g. `git show main:kernel/decode_topk_cute.py > /tmp/base.py`),
+its lines marked `# base` and `# tree`.
 
 Needs the DSL on the GPU machine (the profile build is not in the AOT library). Data:
 indexer-like rows at rho 0.9 (bench/grid.py make_logits). Prints, per configuration, the
@@ -14,6 +16,7 @@ before the first launch), so a variant under test that answers wrongly says so.
 """
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -124,7 +127,19 @@ def main(argv=None):
     parser.add_argument("--time", action="store_true",
                         help="also time each configuration's profile build (bench/grid.py's timer: "
                              "CUDA graph replay, L2 evicted, median of 30)")
+    parser.add_argument("--base", metavar="FILE",
+                        help="also profile each configuration on this kernel source (a copy of "
+                             "kernel/decode_topk_cute.py from another revision), before the tree's")
     args = parser.parse_args(argv)
+    global dtk
+    kernels = [("tree", dtk)]
+    if args.base:
+        # In the kernel's package, so that its `from .policy import` finds the tree's policy.
+        spec = importlib.util.spec_from_file_location("decode_topk.kernel._profile_base", args.base)
+        base = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = base
+        spec.loader.exec_module(base)
+        kernels.insert(0, ("base", base))
     timer = None
     if args.time:
         from grid import Timer
@@ -132,7 +147,11 @@ def main(argv=None):
         timer.warm_gpu()
     for name in args.sets:
         for config in CONFIGS[name]:
-            profile(*config, timer=timer)
+            for label, module in kernels:
+                dtk = module
+                if args.base:
+                    print("#", label)
+                profile(*config, timer=timer)
 
 
 # Session 17: s16's points, rows that fill their slots (2x512x16, 1x512x16, 4x1024x8, the
@@ -146,6 +165,20 @@ CONFIGS["s17"] = CONFIGS["s16"] + [
     (rows, 8192, k, False, (1, 8), dict(over, threads=1024))
     for rows, k, over in ((1, 512, {}), (1, 2048, {"data": "gaussian"}), (64, 512, {"data": "gaussian"}),
                           (128, 2048, {"data": "gaussian"}))]
+
+# Session 22: the staged builds' samples from their stages (SPEC 2.4) against main's global
+# loads (`--base`), the rows that stage (sampled, direct, block), a streamed row and the
+# register build (its staged write at k = 2048).
+CONFIGS["s22"] = [
+    (rows, width, k, block, build, {} if data == "rho0.9" else {"data": data})
+    for rows, width, k, block, build, data in (
+        (1, 131072, 512, False, (8, 8), "rho0.9"), (1, 131072, 2048, False, (8, 8), "gaussian"),
+        (1, 262144, 2048, False, (8, 8), "gaussian"), (1, 524288, 512, False, (8, 16), "gaussian"),
+        (1, 524288, 2048, False, (8, 16), "rho0.9"), (1, 1048576, 512, False, (16, 16), "rho0.9"),
+        (8, 131072, 2048, False, (8, 8), "rho0.9"), (64, 131072, 2048, False, (2, 16), "rho0.9"),
+        (128, 65536, 512, False, (1, 16), "rho0.9"), (32, 32768, 2048, False, (2, 8), "rho0.9"),
+        (1, 131072, 512, True, (8, 8), "rho0.9"), (64, 262144, 512, False, (2, 4), "rho0.9"),
+        (1, 8192, 2048, False, (1, 1), "gaussian"), (128, 8192, 2048, False, (1, 1), "gaussian"))]
 
 # Session 17: the sampled rows of the grid's losing points and of each sampled build, the
 # cutoff's window from the largest sample against the two radix passes (the `cutoff` stamp),

@@ -242,8 +242,9 @@ def direct_max_length(cluster, vectors=None):
     on the streamed builds (`vectors` = STREAM_VECTORS at one or two CTAs) their stage,
     16,384 or 32,768 logits, past which their rows stream (SPEC.md 2.12); on the register
     build its capacity, 8,192 (no sampled path, SPEC.md 2.13)."""
-    if vectors is not None and (Build.of(cluster, vectors).streams or Build.of(cluster, vectors).registers):
-        return Build.of(cluster, vectors).stage
+    build = None if vectors is None else Build.of(cluster, vectors)
+    if build is not None and (build.streams or build.registers):
+        return build.stage
     return 8 * cluster * threads_for(cluster) * DIRECT_VECTORS.get(cluster, DIRECT_VECTORS_CLUSTER)
 
 
