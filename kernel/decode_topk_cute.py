@@ -42,8 +42,10 @@ decides which equal key is kept or where an index goes. Two values of lo:
 Sampled (token rows longer than D = direct_max_length(C): 32,768 logits at 1 and 2 CTAs,
 65,536 at 4 and 8, 131,072 at 16)::
 
-    every CTA reads the row's 2048 samples ──► the same cutoff in every CTA (the q-th
-    largest sample, q aiming at k + 2560 keys at or above it, and at least Q_MIN[k])
+    the row's 2048 samples, each CTA's from its own stage, exchanged after the first
+    cluster barrier (the streamed builds: read from global memory by every CTA)
+        ──► the same cutoff in every CTA (the q-th largest sample, q aiming at
+            k + 2560 keys at or above it, and at least Q_MIN[k])
         └► the selection among the keys >= cutoff: one pass of key - cutoff (K lies a
            few key steps above the cutoff; one cluster barrier)
         └► fewer than k of them (underflow), or on the staged builds K at 255 or more
@@ -60,9 +62,10 @@ l mod 4), since a crowded bin serializes the atomics on its word; the radix sele
 the 2048 samples counts into one histogram.
 
 Synchronization. The first cluster barrier is split: a thread arrives once it has zeroed
-its share of the counters (in token mode: a sampled row once it has read its length, a
-direct row once its warp has stored its largest key, which the peers read) and waits after
-staging, before any DSMEM access, so no CTA reduces into a peer that has not zeroed. Each
+its share of the counters (in token mode: once its warp has stored its largest key, which
+the peers read, and on a staged build's sampled row once it has stored its own samples,
+which the peers gather) and waits after staging, before any DSMEM access, so no CTA
+reduces into a peer that has not zeroed. Each
 histogram exchange ends with a cluster barrier before any total is read. There is no
 closing barrier: after its last barrier no CTA touches a peer's shared memory. The kernel
 waits on its predecessor grid before reading inputs and lets its dependents launch once
@@ -693,10 +696,10 @@ class DecodeTopK:
             if vector < self.zero_vectors:
                 shared_store_u32x4(sm["copies"] + vector * 16, [Int32(0)] * 4)
         # The first cluster barrier, split: this thread has zeroed its words (arrive has
-        # release semantics); the wait, after staging, comes before any DSMEM access. Where
-        # a direct row reads the peers' maxima (narrow_top), its arrive follows their store
-        # in staging instead, and a staged build's sampled row's once it has stored its
-        # own samples (2.10).
+        # release semantics); the wait, after staging, comes before any DSMEM access. In
+        # token mode (narrow_top), where a row may read the peers' maxima, the arrive
+        # follows their store in staging instead, and a staged build's sampled row's
+        # follows the store of its own samples, which the peers gather (2.10).
         if const_expr(self.cluster > 1 and not self.narrow_top):
             cute.arch.cluster_arrive()
 
