@@ -180,6 +180,19 @@ CONFIGS["s22"] = [
         (1, 131072, 512, True, (8, 8), "rho0.9"), (64, 262144, 512, False, (2, 4), "rho0.9"),
         (1, 8192, 2048, False, (1, 1), "gaussian"), (128, 8192, 2048, False, (1, 1), "gaussian"))]
 
+# Session 22's docs/wip/l2-prefetch.patch: each point with and without the L2 prefetch of
+# staging (2.2, builds of 16 slots at 512 threads, 8 at 1024) and of the stream (2.12).
+PREFETCH_STAGE = [(1, 524288, 512, (8, 16), "gaussian"), (1, 1048576, 512, (16, 16), "rho0.9"),
+                  (64, 131072, 2048, (2, 16), "rho0.9"), (128, 65536, 512, (1, 16), "rho0.9"),
+                  (16, 131072, 2048, (4, 8), "rho0.9")]
+PREFETCH_STREAM = [(128, 131072, 2048, (1, 4), "gaussian"), (128, 262144, 2048, (1, 4), "gaussian"),
+                   (64, 262144, 512, (2, 4), "rho0.9"), (128, 524288, 2048, (2, 4), "gaussian"),
+                   (32, 1048576, 2048, (2, 4), "rho0.9")]
+CONFIGS["prefetch"] = [
+    (rows, width, k, False, build, dict(over, **({} if data == "rho0.9" else {"data": data})))
+    for points, off in ((PREFETCH_STAGE, "stage_prefetch"), (PREFETCH_STREAM, "stream_prefetch"))
+    for rows, width, k, build, data in points for over in ({off: False}, {})]
+
 # Session 17: the sampled rows of the grid's losing points and of each sampled build, the
 # cutoff's window from the largest sample against the two radix passes (the `cutoff` stamp),
 # and two direct rows (staging's one more warp store).

@@ -112,6 +112,7 @@ from .policy import (
     Q_MIN,
     SAMPLES,
     STREAM_DEPTH,
+    STREAM_PREFETCH,
     STREAM_QUEUE,
     STREAM_TILE,
     SURVIVOR_AIM,
@@ -299,6 +300,15 @@ def shared_red(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=N
 def shared_add(address: Int32, value: Int32, *, loc=None, ip=None):
     """Atomic add to a shared word of this CTA, unpredicated (no return value)."""
     _asm(None, [Int32(address), Int32(value)], "red.shared.add.u32 [$0], $1;", "r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def prefetch_l2(address: Int64, bytes_: Int32, predicate: Int32, *, loc=None, ip=None):
+    """If predicate != 0: ask the bulk copy engine to bring `bytes_` bytes (a multiple of 16,
+    the address 16-byte aligned) of global memory into L2; nothing waits for it."""
+    _asm(None, [Int64(address), Int32(bytes_), Int32(predicate)],
+         "{\n.reg .pred p;\nsetp.ne.s32 p, $2, 0;\n@p cp.async.bulk.prefetch.L2.global [$0], $1;\n}",
+         "l,r,r,~{memory}", loc, ip)
 
 
 @dsl_user_op
@@ -615,6 +625,10 @@ class DecodeTopK:
         # beside the tops it keeps: 1024 threads have 64 registers a thread (4 spilled there),
         # 16 tops crowd 512 threads' 128 (8 spilled there).
         self.load_batch = min(vector_count, 2 if self.threads == 1024 else (4 if vector_count == 16 else 8))
+        # Where staging loads its slots in more than one batch, the chunk is first
+        # prefetched into L2 whole (2.2), so that the later batches find it there.
+        self.stage_prefetch = vector_count > self.load_batch
+        self.stream_prefetch = STREAM_PREFETCH  # (2.12)
         slots = self.threads * vector_count
         # The streamed build (2.12): its queue of STREAM_QUEUE vectors in the stage's place
         # (a streamed row stages nothing) and their global indices. A tile's (slot, warp)
@@ -914,6 +928,8 @@ class DecodeTopK:
         moves in every slot of every thread (~50 instructions a slot, issued before the
         batch's last load: bench/NOTES.md session 11)."""
         nt, V = self.threads, self.vectors
+        if const_expr(self.stage_prefetch):
+            self.prefetch_vectors(tid, row_logits, start, start + count, length, nv)
         tops = []
         for batch in cutlass.range_constexpr(0, V, self.load_batch):
             staged = []
@@ -931,6 +947,16 @@ class DecodeTopK:
                     top = self.vector_top(words, valid, i < count, g, nv)
                 tops.append(top)
         return tops
+
+    @cute.jit
+    def prefetch_vectors(self, tid, row_logits, first, end, length, nv):
+        """Thread 0 prefetches the row's whole vectors in [first, end) into L2: none past
+        the row's last whole vector (token mode: `length >> 3`; block mode: before the
+        pinned newest block), so no byte at or past the length is asked for."""
+        if tid == 0:
+            whole = nv - 1 if const_expr(self.block_mode) else length >> 3
+            last = cutlass.min(end, whole)
+            prefetch_l2(row_logits + Int64(first) * 16, (last - first) * 16, _pick(last > first, 1, 0))
 
     @cute.jit
     def partial_vector(self, address, lanes, words):
@@ -1663,6 +1689,9 @@ class DecodeTopK:
         # Why a loop unrolled `ahead` times over fixed buffers: a list rotated each tile
         # compiles to register moves, and a move waits for its register's load, so every
         # tile would wait for the load of the tile before it (measured: ~1.2 us a tile).
+        if const_expr(self.stream_prefetch):
+            self.prefetch_vectors(tid, row_logits, start + ahead * per_tile, cutlass.min(start + 2 * ahead * per_tile,
+                                                                                        end), length, nv)
         bufs = [self.stream_load(tid, row_logits, Int32(j), length, start, end) for j in range(ahead)]
         c0 = base_gt
         c1 = base_eq
@@ -1670,6 +1699,10 @@ class DecodeTopK:
         c3 = Int32(0)
         c4 = Int32(0)
         for first in cutlass.range(0, tiles, ahead):
+            if const_expr(self.stream_prefetch):
+                # The tiles whose loads the next step issues (2.12): one prefetch a step.
+                after = start + (first + 2 * ahead) * per_tile
+                self.prefetch_vectors(tid, row_logits, after, cutlass.min(after + ahead * per_tile, end), length, nv)
             for j in cutlass.range_constexpr(ahead):
                 tile = first + j
                 words = bufs[j]

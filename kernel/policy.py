@@ -161,6 +161,10 @@ STREAM_VECTORS = 4
 STREAM_QUEUE = 8192
 STREAM_TILE = 4
 STREAM_DEPTH = 3
+# Whether one thread of the CTA prefetches into L2, a step of STREAM_DEPTH - 1 tiles at a
+# time, the tiles whose loads the next step issues (SPEC.md 2.12), so that those loads
+# find them in L2 or on their way.
+STREAM_PREFETCH = True
 
 # The builds of SPEC.md 2.1.
 BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in
