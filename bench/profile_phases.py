@@ -49,16 +49,15 @@ CONFIGS = {
                      for rows, width, k in ((64, 8192, 512), (128, 8192, 2048), (64, 16384, 512), (32, 32768, 2048),
                                             (64, 32768, 512), (128, 65536, 512), (128, 65536, 2048))
                      for over in ({}, DIRECT)],
-    # issue 15's twelve target points (rho 0.9) on the policy's build on the H200 (session 11:
-    # 64 x 262144 and 32 x 1M stream on 2x512x4, SPEC 2.1; session 7's stand-in for the
-    # latter was 14 x 1M on 16x512x16)
+    # issue 15's twelve target points (rho 0.9) on the policy's build on the H200 (session 23,
+    # kernel 3f48b395fe97: bench/results/2026-12-03_h200_targets_peers_s23.json)
     "targets": [(rows, width, k, False, build, {})
                 for rows, width, k, build in ((1, 131072, 2048, (8, 8)), (8, 131072, 2048, (8, 8)),
                                               (64, 131072, 2048, (2, 16)), (32, 32768, 2048, (2, 8)),
-                                              (64, 8192, 512, (2, 8)), (1, 1048576, 512, (16, 16)),
+                                              (64, 8192, 512, (1, 1)), (1, 1048576, 512, (16, 16)),
                                               (8, 524288, 512, (8, 16)), (64, 262144, 512, (2, 4)),
-                                              (128, 65536, 512, (1, 16)), (128, 8192, 2048, (1, 8)),
-                                              (1, 8192, 512, (2, 8)), (32, 1048576, 2048, (2, 4)))],
+                                              (128, 65536, 512, (1, 16)), (128, 8192, 2048, (1, 1)),
+                                              (1, 8192, 512, (1, 1)), (32, 1048576, 2048, (2, 4)))],
     # the least sample rank Q_MIN[k] (SPEC 2.4) against the aim alone (q_min=1, session 7's rule)
     "q-min": [(rows, width, k, False, build, over)
               for rows, width, k, build in ((1, 1048576, 1024, (16, 16)), (1, 1048576, 2048, (16, 16)),
@@ -180,11 +179,11 @@ CONFIGS["s22"] = [
         (1, 131072, 512, True, (8, 8), "rho0.9"), (64, 262144, 512, False, (2, 4), "rho0.9"),
         (1, 8192, 2048, False, (1, 1), "gaussian"), (128, 8192, 2048, False, (1, 1), "gaussian"))]
 
-# Session 22's docs/wip/l2-prefetch.patch: each point with and without the L2 prefetch of
-# staging (2.2, builds of 16 slots at 512 threads, 8 at 1024) and of the stream (2.12).
-PREFETCH_STAGE = [(1, 524288, 512, (8, 16), "gaussian"), (1, 1048576, 512, (16, 16), "rho0.9"),
-                  (64, 131072, 2048, (2, 16), "rho0.9"), (128, 65536, 512, (1, 16), "rho0.9"),
-                  (16, 131072, 2048, (4, 8), "rho0.9")]
+# The L2 prefetches (session 22's docs/wip/l2-prefetch.patch, landed in session 23): each
+# point with the prefetch off, then as built, of staging (2.2: 8x512x16 only, STAGE_PREFETCH)
+# and of the stream (2.12).
+PREFETCH_STAGE = [(1, 524288, 512, (8, 16), "gaussian"), (1, 524288, 2048, (8, 16), "gaussian"),
+                  (8, 524288, 512, (8, 16), "rho0.9")]
 PREFETCH_STREAM = [(128, 131072, 2048, (1, 4), "gaussian"), (128, 262144, 2048, (1, 4), "gaussian"),
                    (64, 262144, 512, (2, 4), "rho0.9"), (128, 524288, 2048, (2, 4), "gaussian"),
                    (32, 1048576, 2048, (2, 4), "rho0.9")]
@@ -192,6 +191,12 @@ CONFIGS["prefetch"] = [
     (rows, width, k, False, build, dict(over, **({} if data == "rho0.9" else {"data": data})))
     for points, off in ((PREFETCH_STAGE, "stage_prefetch"), (PREFETCH_STREAM, "stream_prefetch"))
     for rows, width, k, build, data in points for over in ({off: False}, {})]
+
+# Session 23: the target points, then the grid's points still lost (Gaussian) on the policy's
+# builds (bench/NOTES.md session 23).
+CONFIGS["s23"] = CONFIGS["targets"] + [
+    (128, 131072, 2048, False, (1, 4), {"data": "gaussian"}), (128, 262144, 2048, False, (1, 4), {"data": "gaussian"}),
+    (1, 524288, 512, False, (8, 16), {"data": "gaussian"}), (1, 131072, 512, False, (8, 8), {"data": "gaussian"})]
 
 # Session 17: the sampled rows of the grid's losing points and of each sampled build, the
 # cutoff's window from the largest sample against the two radix passes (the `cutoff` stamp),

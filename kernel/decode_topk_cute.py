@@ -111,6 +111,7 @@ from .policy import (
     REGISTER,
     Q_MIN,
     SAMPLES,
+    STAGE_PREFETCH,
     STREAM_DEPTH,
     STREAM_PREFETCH,
     STREAM_QUEUE,
@@ -625,9 +626,9 @@ class DecodeTopK:
         # beside the tops it keeps: 1024 threads have 64 registers a thread (4 spilled there),
         # 16 tops crowd 512 threads' 128 (8 spilled there).
         self.load_batch = min(vector_count, 2 if self.threads == 1024 else (4 if vector_count == 16 else 8))
-        # Where staging loads its slots in more than one batch, the chunk is first
+        # On STAGE_PREFETCH's builds (8x512x16: 4 batches of 4 slots) the chunk is first
         # prefetched into L2 whole (2.2), so that the later batches find it there.
-        self.stage_prefetch = vector_count > self.load_batch
+        self.stage_prefetch = build in STAGE_PREFETCH
         self.stream_prefetch = STREAM_PREFETCH  # (2.12)
         slots = self.threads * vector_count
         # The streamed build (2.12): its queue of STREAM_QUEUE vectors in the stage's place
@@ -750,9 +751,7 @@ class DecodeTopK:
             mine = tops[0]
             for s in cutlass.range_constexpr(1, len(tops)):
                 mine = cutlass.max(mine, tops[s])
-            mine = cute.arch.warp_redux_sync(mine, "max")
-            if lane == 0:
-                shared_store_u32(sm["maxima"] + (tid >> 5) * 4, mine)
+            self.store_warp_max(sm["maxima"], tid, lane, mine)
             if const_expr(self.cluster > 1 and self.samples_staged):
                 if sampled == 0:
                     cute.arch.cluster_arrive()
@@ -1048,9 +1047,7 @@ class DecodeTopK:
                 words = shared_load_u32x4(address)
             pair = max_u16x2(max_u16x2(words[0], words[1]), max_u16x2(words[2], words[3]))
             mine = cutlass.max(Int32(pair & Uint32(0xFFFF)), Int32(pair >> 16))
-        mine = cute.arch.warp_redux_sync(mine, "max")
-        if lane == 0:
-            shared_store_u32(sm["sample_maxima"] + (tid >> 5) * 4, mine)
+        self.store_warp_max(sm["sample_maxima"], tid, lane, mine)
 
     @cute.jit
     def store_samples(self, sm, tid, lane, samples, sampled):
@@ -1063,9 +1060,15 @@ class DecodeTopK:
             mine = samples[0][1]
             for r in cutlass.range_constexpr(1, len(samples)):
                 mine = cutlass.max(mine, samples[r][1])
-            mine = cute.arch.warp_redux_sync(mine, "max")
-            if lane == 0:
-                shared_store_u32(sm["sample_maxima"] + (tid >> 5) * 4, mine)
+            self.store_warp_max(sm["sample_maxima"], tid, lane, mine)
+
+    @cute.jit
+    def store_warp_max(self, words, tid, lane, mine):
+        """The largest `mine` of the warp into the warp's own word of `words` (an array of
+        a word a warp, read after the CTA's next barrier by a max over the warps)."""
+        mine = cute.arch.warp_redux_sync(mine, "max")
+        if lane == 0:
+            shared_store_u32(words + (tid >> 5) * 4, mine)
 
     # -- CTA-wide building blocks ------------------------------------------------------
     @cute.jit
@@ -1654,7 +1657,7 @@ class DecodeTopK:
         words = []
         for s in range(STREAM_TILE):
             g = start + tile * (STREAM_TILE * self.threads) + s * self.threads + tid
-            lanes = _pick(g < end, cutlass.min(cutlass.max(length - g * 8, Int32(0)), Int32(8)), 0)
+            lanes = _pick(g < end, clamp(length - g * 8, 8), 0)
             words += list(self.stream_vector(row_logits + Int64(_pick(lanes > 0, g, 0)) * 16, lanes))
         return words
 
@@ -2165,23 +2168,23 @@ class DecodeTopKRegister:
             kept = kept ^ (Int32(1) << Int32(cute.arch.bfind(Uint32(kept))))
         chosen = gt | kept
         slot = rank_gt + cutlass.min(rank_eq, need)
-        if const_expr(self.k >= STAGED_WRITE_K):
+        staged = self.k >= STAGED_WRITE_K
+        if const_expr(staged):
             first = cute.arch.shuffle_sync(slot, 0)
             end = cute.arch.shuffle_sync(slot + popc(chosen), 31)
-            for _ in cutlass.range(popc(chosen)):
-                lowest = chosen & (0 - chosen)
-                shared_store_u32(staging + slot * 4, tid * 8 + popc(lowest - 1))
-                chosen = chosen ^ lowest
-                slot = slot + 1
+        for _ in cutlass.range(popc(chosen)):
+            lowest = chosen & (0 - chosen)
+            index = tid * 8 + popc(lowest - 1)
+            if const_expr(staged):
+                shared_store_u32(staging + slot * 4, index)
+            else:
+                store_s32(out_row + Int64(slot) * 4, index, Int32(1))
+            chosen = chosen ^ lowest
+            slot = slot + 1
+        if const_expr(staged):
             cute.arch.sync_warp()
             for j in cutlass.range(first + lane, end, 32):
                 store_s32(out_row + Int64(j) * 4, shared_load_u32(staging + j * 4), Int32(1))
-        else:
-            for _ in cutlass.range(popc(chosen)):
-                lowest = chosen & (0 - chosen)
-                store_s32(out_row + Int64(slot) * 4, tid * 8 + popc(lowest - 1), Int32(1))
-                chosen = chosen ^ lowest
-                slot = slot + 1
 
     @cute.jit
     def select_high(self, sm, tid, lane, warp, q):

@@ -163,7 +163,8 @@ STREAM_TILE = 4
 STREAM_DEPTH = 3
 # Whether one thread of the CTA prefetches into L2, a step of STREAM_DEPTH - 1 tiles at a
 # time, the tiles whose loads the next step issues (SPEC.md 2.12), so that those loads
-# find them in L2 or on their way.
+# find them in L2 or on their way: 1-5% faster at every streamed point measured (forced
+# builds, 64-256 rows x 98,304-1,048,576 logits, bench/NOTES.md session 23).
 STREAM_PREFETCH = True
 
 # The builds of SPEC.md 2.1.
@@ -172,6 +173,12 @@ BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in
                 (2, STREAM_VECTORS), (1, 1)))
 STREAM = Build.of(1, STREAM_VECTORS)
 STREAM_2 = Build.of(2, STREAM_VECTORS)
+# The builds whose staging first prefetches the CTA's chunk into L2 (SPEC.md 2.2): 8x512x16,
+# 2.5-4.5% faster on single rows of 524,288 logits, 0.5-2.4% on 8 of them. Not the other
+# builds that stage in batches (bench/NOTES.md session 23): 1x512x16 at 128 x 65536 and
+# 2x512x16 in one wave (64-66 rows) were up to 3.8% and 4.4% slower, where every SM already
+# has a CTA's loads in flight; 16x512x16 1% slower; 4x1024x8 at 16 rows unchanged.
+STAGE_PREFETCH = (Build.of(8, 16),)
 # The register build (SPEC.md 2.13): one CTA of 1024 threads a token row of at most 8,192
 # logits, one vector a thread kept in registers; K from a pass of key >> REG_FINE_SHIFT into
 # REG_BINS bins and one of the low REG_FINE_SHIFT bits of K's bin's keys.
@@ -306,6 +313,8 @@ STREAM_1_WIDTH_K512 = 524288
 # Up to STREAM_WIDTH, since the streamed builds' narrow pass (kernel 5a264f4357d9): at 72-128
 # rows, 2x512x16 in two waves against one of 1x512x4, the stream took 0.81-0.97 of the time;
 # at 160 (three against two) 0.94-1.15; at 256 (four against two) 0.77-0.91 (session 19).
+# Session 23, with the L2 prefetches: 0.83-1.035 at 96-128 and 256 rows; 2x512x16 took
+# 0.80-1.006 of 1x512x4's time at 160-192.
 STREAM_WAVE_RATIO = 2
 
 
