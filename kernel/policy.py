@@ -163,8 +163,9 @@ STREAM_TILE = 4
 STREAM_DEPTH = 3
 # Whether one thread of the CTA prefetches into L2, a step of STREAM_DEPTH - 1 tiles at a
 # time, the tiles whose loads the next step issues (SPEC.md 2.12), so that those loads
-# find them in L2 or on their way: 1-5% faster at every streamed point measured (forced
-# builds, 64-256 rows x 98,304-1,048,576 logits, bench/NOTES.md session 23).
+# find them in L2 or on their way: medians by row count 0.95-0.97 of the time without it
+# on 1x512x4, 0.955-1.00 on 2x512x4; 18 of 264 timings up to 2% slower (forced builds,
+# 1-256 rows x 98,304-1,048,576 logits, bench/NOTES.md session 23).
 STREAM_PREFETCH = True
 
 # The builds of SPEC.md 2.1.
