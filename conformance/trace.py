@@ -14,6 +14,8 @@
   kernel's trace against the model's).
 """
 
+import math
+
 import numpy as np
 
 from decode_topk.kernel import policy
@@ -39,8 +41,12 @@ def q_min(k):
 
 
 def q_for(length, k):
-    """The sample rank of a sampled row (SPEC.md 2.4)."""
-    return min(SAMPLES, max(q_min(k), (SAMPLES * (k + policy.SURVIVOR_AIM) + length - 1) // length))
+    """The sample rank of a sampled row (SPEC.md 2.4): the aim at k + 2560 keys, at most
+    Q_DEVIATIONS deviations (sqrt m) above m = ceil(2048 k / length), at least q_min(k)."""
+    aim = -(-SAMPLES * (k + policy.SURVIVOR_AIM) // length)
+    m = -(-SAMPLES * k // length)
+    bound = m + math.isqrt(policy.Q_DEVIATIONS ** 2 * m - 1) + 1  # m + ceil(sqrt(25 m)), m >= 1
+    return min(SAMPLES, max(q_min(k), min(aim, bound)))
 
 
 def kth_and_above(keys, k):

@@ -45,7 +45,8 @@ Sampled (token rows longer than D = direct_max_length(C): 32,768 logits at 1 and
     the row's 2048 samples, each CTA's from its own stage, exchanged after the first
     cluster barrier (the streamed builds: read from global memory by every CTA)
         ──► the same cutoff in every CTA (the q-th largest sample, q aiming at
-            k + 2560 keys at or above it, and at least Q_MIN[k])
+            k + 2560 keys at or above it, at most Q_DEVIATIONS deviations above the
+            samples expected above the k-th largest key, and at least Q_MIN[k])
         └► the selection among the keys >= cutoff: one pass of key - cutoff (K lies a
            few key steps above the cutoff; one cluster barrier)
         └► fewer than k of them (underflow), or on the staged builds K at 255 or more
@@ -105,6 +106,7 @@ from .policy import (
     MAX_WIDTH,
     NARROW_SPAN,
     PROFILE_STAMPS,
+    Q_DEVIATIONS,
     REG_BINS,
     REG_FINE_MASK,
     REG_FINE_SHIFT,
@@ -491,6 +493,17 @@ def clamp(x, n):
     return cutlass.max(cutlass.min(x, Int32(n)), Int32(0))
 
 
+def ceil_sqrt(x):
+    """The least s >= 0 with s * s >= x, for 0 <= x < 127 ** 2 (a sampled row's spread,
+    Q_DEVIATIONS ** 2 m <= 25 * 256: 2.4): a binary search for the largest s with s * s <
+    x, integers only, so the model's and the trace oracle's square roots agree with it
+    exactly (no float rounding to argue about)."""
+    s = Int32(0)
+    for step in (64, 32, 16, 8, 4, 2, 1):
+        s = _pick((s + step) * (s + step) < x, s + step, s)
+    return _pick(x > 0, s + 1, 0)
+
+
 def smem_layout(regions):
     """({name: byte offset}, total bytes) of (name, bytes) regions laid out in order (each
     size a multiple of 16 keeps the next region 16-byte aligned)."""
@@ -784,8 +797,11 @@ class DecodeTopK:
         else:
             direct = Int32(1)
             if sampled == 1:
-                aim = SAMPLES * (k + SURVIVOR_AIM)
-                q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(self.q_min), (aim + length - 1) // length))
+                # 2.4: the aim, at most Q_DEVIATIONS deviations above m, at least Q_MIN[k]
+                aim = (SAMPLES * (k + SURVIVOR_AIM) + length - 1) // length
+                m = (SAMPLES * k + length - 1) // length
+                q = cutlass.min(aim, m + ceil_sqrt(Q_DEVIATIONS * Q_DEVIATIONS * m))
+                q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(self.q_min), q))
                 if const_expr(self.samples_staged):
                     if const_expr(self.cluster == 1):
                         cute.arch.sync_threads()  # own_samples' stores

@@ -29,14 +29,22 @@ SAMPLES = 2048  # sampled path: samples a row
 # those units), so q - 2 sqrt(q) >= 2048 k / 1,048,576 keeps k of them two deviations
 # below the mean at the widest row: q >= (1 + sqrt(1 + k / 512))^2. (Four deviations,
 # Q_MIN = {18, 20, 24}, cost 11-14% of CTA 0's cycles at 524,288-1,048,576 logits on the
-# H200: bench/NOTES.md session 8.)
+# H200: bench/NOTES.md session 8.) And q is at most m + ceil(sqrt(Q_DEVIATIONS^2 m)), m =
+# ceil(2048 k / length): the samples above the row's k-th largest key number about
+# Poisson(m) (deviation sqrt(m)), and the row underflows only when q or more of them are,
+# so q Q_DEVIATIONS deviations above m keeps that chance below 7.6e-5 a row wherever this
+# bound is below the aim (Poisson tails: below 629,146 logits at k = 512, 386,318 at
+# 1024, 219,470 at 2048), where the aim alone was up to 40 deviations above m, and every
+# key at or above the cutoff costs each pass and the write (SPEC.md 2.4).
 SURVIVOR_AIM = 2560
 Q_MIN = {512: 6, 1024: 8, 2048: 11}
+Q_DEVIATIONS = 5
 # A staged sampled attempt selects in one 256-bin pass of key - cutoff (SPEC.md 2.5): the
 # keys cutoff .. cutoff + 254 a bin each, every key from cutoff + NARROW_SPAN up in the last,
 # so K is found exactly unless K >= cutoff + NARROW_SPAN (then the row takes the direct
 # path: the trace's overflow). On the grid's rows K - cutoff is 0-81 (bench/NOTES.md
-# session 14): about k + SURVIVOR_AIM keys lie at or above the cutoff, a few key steps.
+# session 14): about q length / 2048 keys (at most k + SURVIVOR_AIM) lie at or above the
+# cutoff, a few key steps.
 NARROW_SPAN = 255
 if not 0 < NARROW_SPAN <= 255:  # its bin must be one of the pass's 256 (the kernel's and the model's)
     raise ValueError(f"NARROW_SPAN = {NARROW_SPAN} is outside [1, 255]")

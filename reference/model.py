@@ -40,6 +40,7 @@ from .topk import validate_inputs
 
 SAMPLES = policy.SAMPLES  # 2048
 SURVIVOR_AIM = policy.SURVIVOR_AIM  # q aims at k + 2560 keys at or above the cutoff
+Q_DEVIATIONS = policy.Q_DEVIATIONS  # and is at most m + ceil(sqrt(25 m)), m = ceil(2048 k / length)
 UNWRITTEN = -2
 PATH_SHORT, PATH_SAMPLED, PATH_DIRECT = 0, 1, 2
 # overflow: a streamed queue's (2.12), or a staged attempt's K at NARROW_SPAN or more above
@@ -64,6 +65,10 @@ _mutant = MUTANTS.add
 
 Q_FLOOR = _mutant("q_floor", "q = floor(2048 (k + 2560) / length): rounded down instead of up")
 Q_MIN_ONE = _mutant("q_min_one", "q clamped to [1, 2048] (no least rank Q_MIN[k]): the widest rows underflow")
+Q_AIM_ONLY = _mutant("q_aim_only", "q from the aim alone, no Q_DEVIATIONS bound (session 23's rule)")
+Q_BOUND_ONLY = _mutant("q_bound_only", "q from the Q_DEVIATIONS bound alone, the aim dropped")
+Q_M_FLOOR = _mutant("q_m_floor", "m = floor(2048 k / length): the bound's mean rounded down")
+Q_SPREAD_FLOOR = _mutant("q_spread_floor", "the bound's spread floor(sqrt(25 m)), not its ceiling")
 # (q_clamp_cta, q clamped to [1, 2048 / C], is retired: since SPEC 2.3's d of session 7 a
 # sampled row is longer than D, so q <= ceil(2048 (2048 + 2560) / (D + 1)): 576 on the
 # streamed 1x512x4 (D = 16,384), 288 on the other builds of C <= 2, 144 at 4 and 8, 72 at
@@ -216,6 +221,17 @@ MUTANT_NAMES = {v[0]: k for k, v in MUTANTS.items()}
 # ---------------------------------------------------------------------------------------
 # Per-element pieces
 # ---------------------------------------------------------------------------------------
+@njit(cache=True)
+def _ceil_sqrt(x):
+    """The least s >= 0 with s * s >= x (the sampled rank's spread, 2.4)."""
+    s = int(np.sqrt(x))
+    while s * s < x:
+        s += 1
+    while s > 0 and (s - 1) * (s - 1) >= x:
+        s -= 1
+    return s
+
+
 @njit(cache=True)
 def _okey(b, mutant):
     """The order key of BF16 bits b (SPEC.md 1.2)."""
@@ -1113,6 +1129,16 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
             q = (SAMPLES * (k + SURVIVOR_AIM)) // length
         else:
             q = (SAMPLES * (k + SURVIVOR_AIM) + length - 1) // length
+        # at most Q_DEVIATIONS deviations (sqrt m) above m, the samples expected above the
+        # k-th largest key (2.4)
+        m = (SAMPLES * k) // length if mutant == Q_M_FLOOR else (SAMPLES * k + length - 1) // length
+        spread = _ceil_sqrt(Q_DEVIATIONS * Q_DEVIATIONS * m)
+        if mutant == Q_SPREAD_FLOOR and spread * spread > Q_DEVIATIONS * Q_DEVIATIONS * m:
+            spread -= 1
+        if mutant == Q_BOUND_ONLY:
+            q = m + spread
+        elif mutant != Q_AIM_ONLY:
+            q = min(q, m + spread)
         # QM: policy.Q_MIN[k], the least sample rank (2.4)
         q = min(SAMPLES, max(1 if mutant == Q_MIN_ONE else QM, q))
         cutoff = _sample_cutoff(samples, q, mutant)

@@ -88,6 +88,20 @@ def test_the_least_sample_rank_is_spec_2_4s():
     assert policy.Q_MIN == {k: q_min(k) for k in policy.KS} == {512: 6, 1024: 8, 2048: 11}
 
 
+def test_the_sample_rank_is_bounded_by_spec_2_4s_deviations():
+    # q_for's bound against SPEC 2.4's definition, by search: the least q >= m with (q -
+    # m)^2 >= 25 m, m = ceil(2048 k / length), at every sampled length's m (m <= 256); and
+    # q_for is the aim where that is lower (the widest rows), Q_MIN where both are.
+    from decode_topk.conformance.trace import q_for, q_min
+    for k in policy.KS:
+        for length in list(range(16385, 1048577, 997)) + [16385, 65536, 131072, 219470, 629146, 1048576]:
+            m = -(-2048 * k // length)
+            bound = next(q for q in range(m, 2049) if (q - m) ** 2 >= policy.Q_DEVIATIONS ** 2 * m)
+            aim = -(-2048 * (k + policy.SURVIVOR_AIM) // length)
+            assert q_for(length, k) == max(q_min(k), min(aim, bound)), (k, length)
+    assert (q_for(65536, 512), q_for(131072, 2048), q_for(1048576, 2048)) == (16 + 20, 32 + 29, q_min(2048))
+
+
 def test_overflow_is_a_streamed_queues():
     """Reason 1 (SPEC 2.11, 2.12): some CTA's queue of vectors overflows, Q_c = GV_c +
     min(EV_c, k) > STREAM_QUEUE, on the streamed builds only; a trace claiming it where the
