@@ -1132,8 +1132,9 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
         # at most Q_DEVIATIONS deviations (sqrt m) above m, the samples expected above the
         # k-th largest key (2.4)
         m = (SAMPLES * k) // length if mutant == Q_M_FLOOR else (SAMPLES * k + length - 1) // length
-        spread = _ceil_sqrt(Q_DEVIATIONS * Q_DEVIATIONS * m)
-        if mutant == Q_SPREAD_FLOOR and spread * spread > Q_DEVIATIONS * Q_DEVIATIONS * m:
+        spread_sq = Q_DEVIATIONS * Q_DEVIATIONS * m
+        spread = _ceil_sqrt(spread_sq)
+        if mutant == Q_SPREAD_FLOOR and spread * spread > spread_sq:
             spread -= 1
         if mutant == Q_BOUND_ONLY:
             q = m + spread
