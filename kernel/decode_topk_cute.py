@@ -547,6 +547,24 @@ def window_bin(top, key, span):
     return Int32(span) - cutlass.min(top - key, Int32(span))
 
 
+@cute.jit
+def chosen_lanes(gt, eq, rank_gt, rank_eq, need):
+    """(chosen, slot): the lanes of one thread's keys that the ranked write places (1.4,
+    2.7) and the slot of the first. gt / eq: bit e set where lane e's key is > K / == K;
+    rank_gt / rank_eq: the row's keys > K / == K at lower indices; need = k - A. Every key >
+    K is chosen, and a key == K while its rank among the row's is below need, the lowest
+    first. Chosen keys take consecutive slots in index order (a key's slot is gtb +
+    min(eqb, need), and a key skipped between two chosen ones is == K with eqb >= need,
+    which moves neither term), so the thread's go to slot, slot + 1, ... lowest lane first."""
+    kept = eq
+    ties = popc(eq)
+    # The ties past need, highest first: none in most threads (a loop of no trip, where an
+    # unrolled bit-by-bit mask would cost every thread ~35 instructions).
+    for _ in cutlass.range(ties - cutlass.min(cutlass.max(need - rank_eq, Int32(0)), ties), unroll=1):
+        kept = kept ^ (Int32(1) << Int32(cute.arch.bfind(Uint32(kept))))
+    return gt | kept, rank_gt + cutlass.min(rank_eq, need)
+
+
 def warp_select(hist, q, lane, bins=BINS):
     """Every lane of the calling warp: (b, above, total) of the histogram of `bins` bins
     (256 or 512) at shared address hist: the bin b holding the q-th largest key (counting
@@ -1415,11 +1433,23 @@ class DecodeTopK:
             eq_base = shared_load_u32(buffer + 2048 + 1024 + low * 4)
         return gt_base, eq_base
 
-    def place(self, out_row, value, is_gt, is_eq, rank_gt, rank_eq, need):
-        """One store of a key's value at its canonical slot (SPEC.md 1.4): gtb + min(eqb,
-        k - A) for a key > K, gtb + eqb for a key == K with eqb < k - A; none otherwise."""
-        slot = rank_gt + _pick(is_gt, cutlass.min(rank_eq, need), rank_eq)
-        store_s32(out_row + Int64(slot) * 4, value, is_gt | (is_eq & _pick(rank_eq < need, 1, 0)))
+    @cute.jit
+    def store_chosen(self, out_row, chosen, slot, g, neg_inf):
+        """Store the chosen lanes of global vector g (chosen_lanes) at slot, slot + 1, ...,
+        lowest lane first: one store a chosen key, not a predicated store for each of the
+        8 lanes. Why: the ranked write is bound by the instructions it issues; over 120
+        points (1-128 rows x 32,768-262,144 logits, three kinds of data) the row took 0.942
+        to 1.021 of the time, median 0.976 (bench/NOTES.md session 25). The value: token
+        mode, the logit's index g * 8 + lane; block mode, the block's index g, or -1 where
+        neg_inf (its key is -inf, 1.4)."""
+        for _ in cutlass.range(popc(chosen), unroll=1):
+            lowest = chosen & (0 - chosen)
+            value = g * 8 + popc(lowest - 1)
+            if const_expr(self.block_mode):
+                value = _pick(neg_inf != 0, -1, g)
+            store_s32(out_row + Int64(slot) * 4, value, Int32(1))
+            chosen = chosen ^ lowest
+            slot = slot + 1
 
     @cute.jit
     def write_ranked(self, sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
@@ -1468,7 +1498,6 @@ class DecodeTopK:
         cute.arch.sync_threads()
         self.stamp(trace_row, rank, tid, "swept")
         before, unused = self.grid_bases(sm, lane, warp, self.grid_rounds)
-        per_vector = 1 if self.block_mode else 8
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
             base = cute.arch.shuffle_sync(before, self.grid_lane(first // self.threads, warp, self.grid_rounds))
@@ -1477,18 +1506,10 @@ class DecodeTopK:
                 flags, below = shared_load_u32x2(sm["stage"] + i * 16)
                 if flags != 0:
                     below = below + base
-                    rank_gt = gt_base + (below & 0xFFF)
-                    rank_eq = eq_base + (below >> 12)
-                    g = self.entry_vector(sm, i, start, streamed)
-                    for e in cutlass.range_constexpr(per_vector):
-                        is_gt = (flags >> e) & 1
-                        is_eq = (flags >> (8 + e)) & 1
-                        value = g * 8 + e
-                        if const_expr(self.block_mode):
-                            value = _pick(((flags >> 16) & 1) != 0, -1, g)
-                        self.place(out_row, value, is_gt, is_eq, rank_gt, rank_eq, need)
-                        rank_gt = rank_gt + is_gt
-                        rank_eq = rank_eq + is_eq
+                    chosen, slot = chosen_lanes(flags & 0xFF, (flags >> 8) & 0xFF, gt_base + (below & 0xFFF),
+                                                eq_base + (below >> 12), need)
+                    self.store_chosen(out_row, chosen, slot, self.entry_vector(sm, i, start, streamed),
+                                      (flags >> 16) & 1)
 
     @cute.jit
     def narrow_write(self, sm, tid, lane, rank, queued, lo, buffer, start, length, nv, out_row, trace_row,
@@ -1882,14 +1903,9 @@ class DecodeTopK:
             bases, total = self.tile_scan(sm, tid, lane, (first // self.threads) & 1, [count],
                                           [warp_inclusive_sum(count, lane)])
             if (gt_bits | eq_bits) != 0:
-                rank_gt = run_gt + (bases[0] & 0xFFFF)
-                rank_eq = run_eq + (bases[0] >> 16)
-                for e in cutlass.range_constexpr(8):
-                    is_gt = (gt_bits >> e) & 1
-                    is_eq = (eq_bits >> e) & 1
-                    self.place(out_row, g * 8 + e, is_gt, is_eq, rank_gt, rank_eq, need)
-                    rank_gt = rank_gt + is_gt
-                    rank_eq = rank_eq + is_eq
+                chosen, slot = chosen_lanes(gt_bits, eq_bits, run_gt + (bases[0] & 0xFFFF),
+                                            run_eq + (bases[0] >> 16), need)
+                self.store_chosen(out_row, chosen, slot, g, Int32(0))
             run_gt = run_gt + (total & 0xFFFF)
             run_eq = run_eq + (total >> 16)
         return run_gt, run_eq
@@ -2133,7 +2149,7 @@ class DecodeTopKRegister:
             ties = popc(eq)
             below = self.cta_exclusive_sum(sm["scan"], popc(gt) + (ties << 16), lane, warp)
             self.stamp(trace_row, rank, tid, "swept")
-            self.write_chosen(out_row, sm["hist"], tid, lane, gt, eq, ties, below & 0xFFFF, below >> 16, need)
+            self.write_chosen(out_row, sm["hist"], tid, lane, gt, eq, below & 0xFFFF, below >> 16, need)
             self.stamp(trace_row, rank, tid, "placed")
             self.record(trace_row, rank, tid, "path", Int32(2))
             self.record(trace_row, rank, tid, "kth", kth)
@@ -2163,27 +2179,18 @@ class DecodeTopKRegister:
                 shared_add(hist + b * 4, Int32(1))
 
     @cute.jit
-    def write_chosen(self, out_row, staging, tid, lane, gt, eq, ties, rank_gt, rank_eq, need):
-        """The ranked write of one thread (1.4, 2.13): its keys > K (bits gt) all, its keys
-        == K (bits eq, `ties` of them) while their rank among the row's is below need, the
-        lowest first. Before its first chosen key come rank_gt keys > K and min(rank_eq,
-        need) keys == K, all chosen, and the row's chosen keys are written in index order,
-        so each chosen key goes to that count plus the chosen keys before it in the thread;
-        a loop over the chosen bits (lowest first) stores only those (at k = 512 most
-        threads choose none). At k = 2048 (STAGED_WRITE_K) the loop puts them in `staging`
-        (k words of shared memory, the first pass's bins, unread since its selection)
-        instead: a warp's slots are one run, from its lane 0's first to its lane 31's last,
-        so after a __syncwarp the warp copies its run out, lane l taking every 32nd word
-        from the l-th, consecutive words a store, where the chosen keys' own stores scatter
-        over the run (about 8 sectors a store). Measured in session 21: 196-241 fewer
-        cycles at k = 2048, 212-274 more at k = 512, where few keys are chosen."""
-        kept = eq
-        # The ties past need, highest first: none in most threads (a loop of no trip, where
-        # an unrolled bit-by-bit mask would cost every thread ~35 instructions).
-        for _ in cutlass.range(ties - cutlass.min(cutlass.max(need - rank_eq, Int32(0)), ties), unroll=1):
-            kept = kept ^ (Int32(1) << Int32(cute.arch.bfind(Uint32(kept))))
-        chosen = gt | kept
-        slot = rank_gt + cutlass.min(rank_eq, need)
+    def write_chosen(self, out_row, staging, tid, lane, gt, eq, rank_gt, rank_eq, need):
+        """The ranked write of one thread (1.4, 2.13): its keys > K (bits gt) all, its keys == K
+        (bits eq) while their rank among the row's is below need, the lowest first, at
+        consecutive slots from the first's (chosen_lanes); a loop over the chosen bits (lowest
+        first) stores only those (at k = 512 most threads choose none). At k = 2048
+        (STAGED_WRITE_K) the loop puts them in `staging` (k words of shared memory, the first
+        pass's bins, unread since its selection) instead: a warp's slots are one run, from its
+        lane 0's first to its lane 31's last, so after a __syncwarp the warp copies its run out,
+        lane l taking every 32nd word from the l-th, consecutive words a store, where the chosen
+        keys' own stores scatter over the run (about 8 sectors a store). Measured in session 21:
+        196-241 fewer cycles at k = 2048, 212-274 more at k = 512, where few keys are chosen."""
+        chosen, slot = chosen_lanes(gt, eq, rank_gt, rank_eq, need)
         staged = self.k >= STAGED_WRITE_K
         if const_expr(staged):
             first = cute.arch.shuffle_sync(slot, 0)
