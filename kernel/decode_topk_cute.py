@@ -375,25 +375,6 @@ def max_nan_bf16x2(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
 
 
 @dsl_user_op
-def warp_uniform_bin(bin_: Int32, valid: Int32, *, loc=None, ip=None):
-    """(lane 0's bin, 1 if every valid lane of the warp holds it and lane 0 is valid else 0,
-    the warp's valid lanes): shfl.sync + vote.sync, all lanes of the warp must execute it."""
-    result = _asm(llvm.StructType.get_literal([T.i32(), T.i32(), T.i32()]), [Int32(bin_), Int32(valid)],
-                  "{\n.reg .pred v, same, all;\n.reg .b32 b0, v0;\n"
-                  "setp.ne.s32 v, $4, 0;\n"
-                  "shfl.sync.idx.b32 b0, $3, 0, 0x1f, 0xffffffff;\n"
-                  "shfl.sync.idx.b32 v0, $4, 0, 0x1f, 0xffffffff;\n"
-                  "setp.eq.or.s32 same, $3, b0, !v;\n"
-                  "vote.sync.all.pred all, same, 0xffffffff;\n"
-                  "setp.ne.and.s32 all, v0, 0, all;\n"
-                  "selp.s32 $1, 1, 0, all;\n"
-                  "vote.sync.ballot.b32 $2, v, 0xffffffff;\n"
-                  "mov.b32 $0, b0;\n}",
-                  "=r,=r,=r,r,r", loc, ip)
-    return tuple(Int32(llvm.extractvalue(T.i32(), result, [i], loc=loc, ip=ip)) for i in range(3))
-
-
-@dsl_user_op
 def popc(value: Int32, *, loc=None, ip=None) -> Int32:
     """Set bits of a word."""
     return Int32(llvm.inline_asm(T.i32(), [Int32(value).ir_value(loc=loc, ip=ip)], "popc.b32 $0, $1;", "=r,r",
@@ -477,15 +458,11 @@ def block_key(words):
     return order_key(max_nan_bf16x2(m, m >> 16))
 
 
-def hist_add(hist, bin_, valid, lane):
-    """Count each valid lane's bin_ into a one-copy histogram (the radix selects'; the
-    passes test a vector at a time, DecodeTopK.hist_add_vector). Why the uniform test: real
-    indexer rows crowd a few bins, and 32 lanes adding 1 to one word serialize, so a warp
-    whose valid lanes share one bin makes one add of their count (lane 0); any other warp
-    adds lane by lane. Every lane of the warp must call it."""
-    first_bin, uniform, lanes = warp_uniform_bin(bin_, valid)
-    shared_red(hist + first_bin * 4, popc(lanes), uniform & _pick(lane == 0, 1, 0))
-    shared_red(hist + bin_ * 4, Int32(1), valid & (1 - uniform))
+def hist_add(hist, bin_, valid):
+    """Count each valid lane's bin_ into a one-copy histogram (the radix selects'): one add
+    of 1 a valid lane, with no warp-uniform test, as the passes' adds (SPEC.md 2.8: ptxas's
+    `ATOMS.POPC.INC` adds the lanes that meet at one word in one turn)."""
+    shared_red(hist + bin_ * 4, Int32(1), valid)
 
 
 def clamp(x, n):
@@ -554,8 +531,9 @@ def chosen_lanes(gt, eq, rank_gt, rank_eq, need):
     rank_gt / rank_eq: the row's keys > K / == K at lower indices; need = k - A. Every key >
     K is chosen, and a key == K while its rank among the row's is below need, the lowest
     first. Chosen keys take consecutive slots in index order (a key's slot is gtb +
-    min(eqb, need), and a key skipped between two chosen ones is == K with eqb >= need,
-    which moves neither term), so the thread's go to slot, slot + 1, ... lowest lane first."""
+    min(eqb, need), and a key skipped between two chosen ones is < K, which moves neither
+    term, or == K with eqb >= need, which leaves min(eqb, need) at need), so the thread's
+    go to slot, slot + 1, ... lowest lane first."""
     kept = eq
     ties = popc(eq)
     # The ties past need, highest first: none in most threads (a loop of no trip, where an
@@ -1165,9 +1143,9 @@ class DecodeTopK:
         """Count keys[0:count] (shared Uint16, stride bytes apart) into the one-copy
         histogram at hist, by kind: SELECT_HIGH each key's high byte; SELECT_LOW the low
         byte of the keys whose high byte is `value`; SELECT_WINDOW window_bin(value, key,
-        NARROW_SPAN), `value` the largest key. Every warp runs the same trips (hist_add
-        needs all 32 lanes): lanes past count read the last key and count nothing. A trip
-        loads SELECT_BATCH keys before it counts any, so the loads overlap."""
+        NARROW_SPAN), `value` the largest key. Lanes past count read the last key and
+        count nothing. A trip loads SELECT_BATCH keys before it counts any, so the loads
+        overlap."""
         per_trip = SELECT_BATCH * self.threads
         for first in cutlass.range(0, count, per_trip):
             batch = []
@@ -1176,11 +1154,11 @@ class DecodeTopK:
                 batch.append((shared_load_u16(keys + cutlass.min(j, count - 1) * stride), _pick(j < count, 1, 0)))
             for key, valid in batch:
                 if const_expr(kind == SELECT_HIGH):
-                    hist_add(hist, key >> 8, valid, lane)
+                    hist_add(hist, key >> 8, valid)
                 elif const_expr(kind == SELECT_LOW):
-                    hist_add(hist, key & 255, valid & _pick((key >> 8) == value, 1, 0), lane)
+                    hist_add(hist, key & 255, valid & _pick((key >> 8) == value, 1, 0))
                 else:
-                    hist_add(hist, window_bin(value, key, NARROW_SPAN), valid, lane)
+                    hist_add(hist, window_bin(value, key, NARROW_SPAN), valid)
 
     @cute.jit
     def radix_select(self, sm, tid, keys, stride, count, q):
@@ -1314,44 +1292,26 @@ class DecodeTopK:
             else:
                 bins.append(key >> 8)
                 oks.append(ok)
-        self.hist_add_vector(sm["copies"], bins, oks, lane, (tid >> 5) & (HIST_COPIES - 1), sm["misc"] + MISC_TRASH)
+        self.hist_add_vector(sm["copies"], bins, oks, lane, sm["misc"] + MISC_TRASH)
 
-    @cute.jit
-    def hist_add_vector(self, hist, bins, oks, lane, warp_copy, trash):
+    def hist_add_vector(self, hist, bins, oks, lane, trash):
         """Count the valid bins of one vector a lane into the HIST_COPIES-copy histogram
-        (bin-major: a bin's copies are adjacent words). Why a test a vector, not a key: the
-        pass is bound by instructions issued (a test a key made it 5-15% slower,
-        bench/NOTES.md session 6), and real indexer rows put a whole warp's 256 keys in one
-        high-byte bin, so one warp-wide test of all of them (two redux.sync: the largest
-        bin, then one sum of the keys counted and of the lanes holding another bin) lets
-        lane 0 make the warp's only add, into the warp's own copy (warp mod HIST_COPIES);
-        any other warp adds each valid key into copy lane mod HIST_COPIES, with no test a
-        key. Why 4 copies, not 8: the adds took as long on crowded rows and the exchange's
-        sums 100-350 cycles less (bench/NOTES.md session 18), and 512 bins of the window
-        from the top fit in the same words. Why the trash word: a key that is not counted
-        adds its 1 there instead of skipping its add, so the 8 adds carry no predicate;
-        ptxas turns each predicated add into a branch and a reconvergence, and the
-        unpredicated adds of 1 measured 1.7-8.4% faster to the end of the row
-        (bench/NOTES.md session 8). One trash word for all lanes, though their
-        adds meet at one address: a word a lane measured no faster (session 13)."""
-        mine = Int32(-1)
-        count = Int32(0)
-        for e in cutlass.range_constexpr(len(bins)):
-            mine = _pick(oks[e] != 0, bins[e], mine)
-            count = count + oks[e]
-        same = Int32(1)
-        for e in cutlass.range_constexpr(len(bins)):
-            same = same & _pick((oks[e] != 0) & (bins[e] != mine), 0, 1)
-        common = cute.arch.warp_redux_sync(mine, "max")
-        stray = 1 - (same & _pick((mine == common) | (mine < 0), 1, 0))
-        packed = cute.arch.warp_redux_sync(count | (stray << 16), "add")
-        total = packed & 0xFFFF
-        if (packed >> 16) == 0:
-            shared_red(hist + (common * HIST_COPIES + warp_copy) * 4, total, _pick((lane == 0) & (total > 0), 1, 0))
-        else:
-            for e in cutlass.range_constexpr(len(bins)):
-                counted = hist + (bins[e] * HIST_COPIES + (lane & (HIST_COPIES - 1))) * 4
-                shared_add(_pick(oks[e] != 0, counted, trash), Int32(1))
+        (bin-major: a bin's copies are adjacent words): each key adds 1, lane l into copy l
+        mod HIST_COPIES, with no test. Why no warp-uniform test (SPEC.md 2.8): ptxas makes
+        `red.shared.add` of 1 an `ATOMS.POPC.INC`, which adds the lanes of a warp that meet
+        at one word in one turn, so a crowded bin costs no more than a spread one, and the
+        test's two redux.sync and ~7 instructions a key were what the passes paid: without
+        it 165 points of the grid's sampled and direct rows took 0.826-1.033 of the time,
+        median 0.967 (bench/NOTES.md session 25). Why 4 copies, not 8: the adds took as long
+        on crowded rows and the exchange's sums 100-350 cycles less (bench/NOTES.md session
+        18), and 512 bins of the window from the top fit in the same words. Why the trash
+        word: a key that is not counted adds its 1 there instead of skipping its add, so the
+        8 adds carry no predicate; ptxas turns each predicated add into a branch and a
+        reconvergence, and the unpredicated adds of 1 measured 1.7-8.4% faster to the end of
+        the row (bench/NOTES.md session 8)."""
+        for e in range(len(bins)):
+            counted = hist + (bins[e] * HIST_COPIES + (lane & (HIST_COPIES - 1))) * 4
+            shared_add(_pick(oks[e] != 0, counted, trash), Int32(1))
 
     def entry_vector(self, sm, i, start, streamed):
         """The global vector of stage slot i: start + i, or (a streamed row's queue, 2.12)
@@ -2116,7 +2076,7 @@ class DecodeTopKRegister:
             self.stamp(trace_row, rank, tid, "staged")
 
             # Pass 1: key >> REG_FINE_SHIFT into REG_BINS bins.
-            self.count_high(sm["hist"], keys, lane, clamp(length - warp * 256, 256))
+            self.count_high(sm["hist"], keys)
             cute.arch.sync_threads()
             # Every thread's vector is in its registers and counted: the row is read (2.10).
             cute.arch.griddepcontrol_launch_dependents()
@@ -2156,27 +2116,12 @@ class DecodeTopKRegister:
             self.record(trace_row, rank, tid, "above", above)
         self.stamp(trace_row, rank, tid, "end")
 
-    @cute.jit
-    def count_high(self, hist, keys, lane, total):
-        """Pass 1: each valid key's bin key >> REG_FINE_SHIFT into "hist"; total is the
-        warp's valid keys (all of its lanes' below the length). When every valid key of the
-        warp holds one bin (its unsigned least bin, where a stray key's negative bin is the
-        largest, equals its signed greatest, where a stray bin is the least: two redux.sync
-        and no flag a key), lane 0 adds the total; else each key adds 1 at its bin, a stray
-        key in its lane's trash word below "hist" (2.13)."""
-        bins = [key >> REG_FINE_SHIFT for key in keys]
-        least = Uint32(bins[0])
-        most = bins[0]
-        for b in bins[1:]:
-            least = cutlass.min(least, Uint32(b))
-            most = cutlass.max(most, b)
-        least = cute.arch.warp_redux_sync(least, "umin")
-        most = cute.arch.warp_redux_sync(most, "max")
-        if (Int32(least) == most) | (total == 0):
-            shared_red(hist + most * 4, total, _pick((lane == 0) & (total > 0), 1, 0))
-        else:
-            for b in bins:
-                shared_add(hist + b * 4, Int32(1))
+    def count_high(self, hist, keys):
+        """Pass 1: each key's bin key >> REG_FINE_SHIFT into "hist", one add of 1 a key with
+        no warp-uniform test (SPEC.md 2.8, 2.13), a stray key's (its bin -(lane + 1)) into its
+        lane's trash word below "hist"."""
+        for key in keys:
+            shared_add(hist + (key >> REG_FINE_SHIFT) * 4, Int32(1))
 
     @cute.jit
     def write_chosen(self, out_row, staging, tid, lane, gt, eq, rank_gt, rank_eq, need):
