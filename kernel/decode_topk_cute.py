@@ -1658,6 +1658,13 @@ class DecodeTopK:
             words += list(self.stream_vector(row_logits + Int64(_pick(lanes > 0, g, 0)) * 16, lanes))
         return words
 
+    def prefetch_tiles(self, tid, row_logits, tile, start, end, length, nv):
+        """The L2 prefetch of the STREAM_DEPTH - 1 tiles from tile `tile` of the chunk on
+        (2.12), none past the chunk's end."""
+        first = start + tile * (STREAM_TILE * self.threads)
+        self.prefetch_vectors(tid, row_logits, first,
+                              cutlass.min(first + (STREAM_DEPTH - 1) * STREAM_TILE * self.threads, end), length, nv)
+
     @cute.jit
     def stream_vector(self, address, lanes):
         """One vector of the stream: a whole one in a single load; the row's partial last
@@ -1690,8 +1697,7 @@ class DecodeTopK:
         # compiles to register moves, and a move waits for its register's load, so every
         # tile would wait for the load of the tile before it (measured: ~1.2 us a tile).
         if const_expr(self.stream_prefetch):
-            self.prefetch_vectors(tid, row_logits, start + ahead * per_tile, cutlass.min(start + 2 * ahead * per_tile,
-                                                                                        end), length, nv)
+            self.prefetch_tiles(tid, row_logits, ahead, start, end, length, nv)
         bufs = [self.stream_load(tid, row_logits, Int32(j), length, start, end) for j in range(ahead)]
         c0 = base_gt
         c1 = base_eq
@@ -1701,8 +1707,7 @@ class DecodeTopK:
         for first in cutlass.range(0, tiles, ahead):
             if const_expr(self.stream_prefetch):
                 # The tiles whose loads the next step issues (2.12): one prefetch a step.
-                after = start + (first + 2 * ahead) * per_tile
-                self.prefetch_vectors(tid, row_logits, after, cutlass.min(after + ahead * per_tile, end), length, nv)
+                self.prefetch_tiles(tid, row_logits, first + 2 * ahead, start, end, length, nv)
             for j in cutlass.range_constexpr(ahead):
                 tile = first + j
                 words = bufs[j]
