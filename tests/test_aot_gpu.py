@@ -117,7 +117,7 @@ def test_register_build_odd_width():
     lengths = np.array(sorted({0, 1, *(k + d for k in policy.KS for d in (-1, 0, 1)), *range(width - 9, width + 1)}),
                        np.int32)
     bits = rng.integers(0, 1 << 16, size=(lengths.size, width), dtype=np.uint16)
-    bits[1::2, :] = np.uint16(0x3F80)  # every other row one value: the uniform-warp adds beside stray keys
+    bits[1::2, :] = np.uint16(0x3F80)  # every other row one value: a warp's adds at one word beside stray keys
     # +NaN past each length, the largest key: a lane counted or written past it moves K or is written
     bits[np.arange(width)[None, :] >= lengths[:, None]] = np.uint16(0x7FC0)
     for k in policy.KS:
