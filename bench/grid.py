@@ -858,6 +858,24 @@ def peer_summary(points, time_keys=PEER_TIME_KEYS, l2=False):
     return out
 
 
+def crowded_summary(points, crowded=("rho0.9", "rho0.999"), limit=1.3):
+    """Crowded rows against Gaussian ones (issue 15: within 1.3x at every point): over the
+    token-mode points timed at both a crowded kind and Gaussian with the same rows, length,
+    k and lengths, DecodeTopK's crowded time / its Gaussian time. {compared, within,
+    worst, worst_at} (worst None where nothing compares)."""
+    def key(p):
+        return p["rows"], p["length"], p["k"], bool(p.get("ragged")), p.get("next_n", 1)
+    timed = [p for p in points if p.get("mode") == "token" and _num(p.get("dtk_us")) is not None]
+    gaussian = {key(p): p["dtk_us"] for p in timed if p["data"] == "gaussian"}
+    pairs = [(p["dtk_us"] / gaussian[key(p)], p) for p in timed
+             if p["data"] in crowded and gaussian.get(key(p))]
+    out = {"compared": len(pairs), "within": sum(r <= limit for r, _ in pairs), "worst": None, "worst_at": None}
+    if pairs:
+        worst = max(pairs, key=lambda t: t[0])
+        out.update(worst=worst[0], worst_at=_point_label(worst[1]))
+    return out
+
+
 def _summary_text(s, what):
     if not s["compared"]:
         return f"{what}: no point has a valid peer with a time"
@@ -1237,6 +1255,12 @@ def results_md(results, extras, png, targets=None, time_keys=PEER_TIME_KEYS, com
                 break
     lines += ["", "The targets also ask for every point within 1.5x of the floor and at most 1/5 of torch.topk. "
               "Over the grid: " + _ratio_summary(points, time_keys) + ".", ""]
+    crowded = crowded_summary(points)
+    if crowded["compared"]:
+        lines += [f"Crowded rows against Gaussian ones (issue 15: within 1.3x at every point): DecodeTopK's time on "
+                  f"rho 0.9 and rho 0.999 rows / its time on Gaussian rows of the same rows, length and k is within "
+                  f"1.3x at {crowded['within']} of {crowded['compared']} points, worst {crowded['worst']:.2f} "
+                  f"({crowded['worst_at']}).", ""]
     main_names, main_l2 = peer_names(results), has_l2(results)
     if main_names or main_l2:
         evicted = peer_summary(points, time_keys)

@@ -113,6 +113,21 @@ def test_summary_counts_faster_points_and_ratios():
     assert breakdown["d"][4:6] == ["1", "1"]
 
 
+def test_crowded_summary_pairs_each_crowded_point_with_its_gaussian_twin():
+    points = [_point(8, 131072, 2048, 13.0), _point(8, 131072, 2048, 10.0, data="gaussian"),
+              _point(8, 131072, 2048, 12.0, data="rho0.999"), _point(8, 131072, 512, 9.0),
+              _point(8, 131072, 512, 6.0, data="gaussian", mode="block")]  # no token twin: not compared
+    s = grid.crowded_summary(points)
+    assert (s["compared"], s["within"], s["worst"]) == (2, 2, pytest.approx(1.3))  # 1.3x is within
+    points[0]["dtk_us"] = 13.5
+    s = grid.crowded_summary(points)
+    assert (s["compared"], s["within"], s["worst"]) == (2, 1, pytest.approx(1.35))
+    assert s["worst_at"].endswith("8 x 131072 k2048") and "rho0.9" in s["worst_at"]
+    md = grid.results_md(dict(META, points=points), [], REPO / "bench" / "results" / "x.png")
+    assert "within 1.3x at 1 of 2 points, worst 1.35 (rho0.9 token 8 x 131072 k2048)" in md
+    assert grid.crowded_summary(points[3:])["worst"] is None
+
+
 def test_report_writes_png_and_results_with_and_without_peers(tmp_path):
     pytest.importorskip("matplotlib")
     src = tmp_path / "grid.json"
