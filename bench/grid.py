@@ -860,9 +860,9 @@ def peer_summary(points, time_keys=PEER_TIME_KEYS, l2=False):
 
 def crowded_summary(points, crowded=("rho0.9", "rho0.999"), limit=1.3):
     """Crowded rows against Gaussian ones (issue 15: within 1.3x at every point): over the
-    token-mode points timed at both a crowded kind and Gaussian with the same rows, length,
-    k and lengths, DecodeTopK's crowded time / its Gaussian time. {compared, within,
-    worst, worst_at} (worst None where nothing compares)."""
+    token-mode points timed at both a crowded kind and Gaussian with the same rows, length
+    and k (and the same ragged and next_n), DecodeTopK's crowded time / its Gaussian time.
+    {compared, within, worst, worst_at} (worst None where nothing compares)."""
     def key(p):
         return p["rows"], p["length"], p["k"], bool(p.get("ragged")), p.get("next_n", 1)
     timed = [p for p in points if p.get("mode") == "token" and _num(p.get("dtk_us")) is not None]

@@ -1130,7 +1130,7 @@ class DecodeTopK:
         one selection and their two barriers are spared (bench/NOTES.md session 17)."""
         top = self.sample_max(sm, lane)
         window = sm["select"] + 2048
-        self.count_keys(window, sm["samples"], 2, Int32(SAMPLES), tid, lane, SELECT_WINDOW, top)
+        self.count_keys(window, sm["samples"], 2, Int32(SAMPLES), tid, SELECT_WINDOW, top)
         cute.arch.sync_threads()
         b, unused_above, unused_total = self.select(sm, tid, window, q)
         cutoff = top - NARROW_SPAN + b
@@ -1139,7 +1139,7 @@ class DecodeTopK:
         return cutoff
 
     @cute.jit
-    def count_keys(self, hist, keys, stride, count, tid, lane, kind: cutlass.Constexpr, value):
+    def count_keys(self, hist, keys, stride, count, tid, kind: cutlass.Constexpr, value):
         """Count keys[0:count] (shared Uint16, stride bytes apart) into the one-copy
         histogram at hist, by kind: SELECT_HIGH each key's high byte; SELECT_LOW the low
         byte of the keys whose high byte is `value`; SELECT_WINDOW window_bin(value, key,
@@ -1166,11 +1166,10 @@ class DecodeTopK:
         count) and the count of keys above it: two 8-bit passes, the first into the
         "select" region's first histogram, the second into its second, both zeroed at entry,
         so that the passes need one barrier each and no zeroing between them."""
-        lane = tid & 31
-        self.count_keys(sm["select"], keys, stride, count, tid, lane, SELECT_HIGH, Int32(0))
+        self.count_keys(sm["select"], keys, stride, count, tid, SELECT_HIGH, Int32(0))
         cute.arch.sync_threads()
         high, above_high, unused = self.select(sm, tid, sm["select"], q)
-        self.count_keys(sm["select"] + 1024, keys, stride, count, tid, lane, SELECT_LOW, high)
+        self.count_keys(sm["select"] + 1024, keys, stride, count, tid, SELECT_LOW, high)
         cute.arch.sync_threads()
         low, above_low, unused = self.select(sm, tid, sm["select"] + 1024, q - above_high)
         return (high << 8) | low, above_high + above_low
@@ -1264,12 +1263,12 @@ class DecodeTopK:
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
             i = self.queue_entry(sm, entry, queued, everything or streamed)
-            self.count_vector(sm, tid, lane, self.vector_words(sm, i), self.entry_vector(sm, i, start, streamed),
+            self.count_vector(sm, lane, self.vector_words(sm, i), self.entry_vector(sm, i, start, streamed),
                               _pick(entry < queued, 1, 0), lo, high, length, nv, kind, everything)
 
-    def count_vector(self, sm, tid, lane, words, g, present, lo, high, length, nv, kind, everything):
+    def count_vector(self, sm, lane, words, g, present, lo, high, length, nv, kind, everything):
         """Count one vector a lane (global vector g, its words; present 0: nothing) into the
-        histogram copies, as count_queued's passes do; every lane of the warp calls it."""
+        histogram copies, as count_queued's passes do."""
         bins = []
         oks = []
         for key, ok, unused in self.elements(words, g, length, nv):
@@ -1720,7 +1719,7 @@ class DecodeTopK:
                 if tile < tiles:  # the row's last unrolled step may run past it (uniform)
                     if const_expr(mode == "hist1" or mode == "hist2"):
                         for s in cutlass.range_constexpr(STREAM_TILE):
-                            self.count_vector(sm, tid, lane, vectors[s][1], vectors[s][0], Int32(1), Int32(0), high,
+                            self.count_vector(sm, lane, vectors[s][1], vectors[s][0], Int32(1), Int32(0), high,
                                               length, nv, PASS_LOW if mode == "hist2" else PASS_HIGH, True)
                     elif const_expr(mode == "queue"):
                         c0, c1, c2, c3, c4 = self.queue_tile(sm, tid, lane, tile & 1, vectors, lo, need, length,
