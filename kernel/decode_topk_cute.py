@@ -112,6 +112,7 @@ from .policy import (
     REG_FINE_SHIFT,
     REGISTER,
     Q_MIN,
+    SAMPLED_WRITE_QUEUE_CLUSTER,
     SAMPLES,
     STAGE_PREFETCH,
     STREAM_DEPTH,
@@ -670,11 +671,16 @@ class DecodeTopK:
         # cutoff's selection (its window, then radix_select's two passes, 2.6);
         # "sample_maxima": each warp's largest sample.
         exchanges = EXCHANGES + (2 if self.narrow_top else 0)
+        # The sampled write's queue (2.7) on the staged token builds of one or two CTAs a
+        # row: "write_queue", each queue entry's top, then the entries of top >= K;
+        # "masks", its (round, warp) ballots.
+        self.sampled_write_queue = self.samples_staged and cluster <= SAMPLED_WRITE_QUEUE_CLUSTER
         regions = (("stage", stage_bytes), ("copies", TOP_BINS * HIST_COPIES * 4),
                    ("exchange", exchanges * BINS * 8),
                    ("misc", MISC_BYTES), ("select", 3072), ("grid", 1024), ("sample_maxima", 128)) + (
                    (("maxima", 128),) if self.narrow_top else ()) + (
-                   ("samples", SAMPLES * 2), ("queue", slots * 2)) + index_regions
+                   ("samples", SAMPLES * 2), ("queue", slots * 2)) + index_regions + (
+                   (("write_queue", slots * 2), ("masks", 1024)) if self.sampled_write_queue else ())
         self.offsets, self.smem_bytes = smem_layout(regions)
         self.zero_vectors = (self.offsets["grid"] - self.offsets["copies"]) // 16
         # Every warp scans the (row, warp) counts of "grid" itself (grid_bases): a lane sums
@@ -1214,7 +1220,7 @@ class DecodeTopK:
         return r * ((self.threads // 32) // per) + warp // per
 
     @cute.jit
-    def queue_vectors(self, sm, tid, lane, tops, cutoff):
+    def queue_vectors(self, sm, tid, lane, tops, cutoff, keep_tops: cutlass.Constexpr = False):
         """Queue this CTA's vectors that can hold a key >= cutoff (by top), in ascending
         local index i = s T + 32 w + l: a ballot a warp and slot, a scan of their counts in
         (slot, warp) order (every warp its own, grid_bases), and each lane's place among its
@@ -1236,6 +1242,8 @@ class DecodeTopK:
             hits = ballot(hit)
             slot = cute.arch.shuffle_sync(before, self.grid_lane(s, warp, slots)) + popc(hits & below)
             shared_store_u16(sm["queue"] + slot * 2, s * self.threads + tid, hit)
+            if const_expr(keep_tops):  # the entry's top, for the sampled write's queue (2.7)
+                shared_store_u16(sm["write_queue"] + slot * 2, tops[s], hit)
         cute.arch.sync_threads()
         return queued
 
@@ -1327,9 +1335,12 @@ class DecodeTopK:
             return last
         return shared_load_u16(sm["queue"] + last * 2)
 
-    def write_entry(self, sm, entry, queued, everything, queue_first):
+    def write_entry(self, sm, entry, queued, everything, queue_first, requeued=False):
         """queue_entry of the ranked write: with queue_first (a CTA-uniform Int32, the
-        direct path's write queue, 2.7) the queue's entry where it is 1, else the vector."""
+        direct path's write queue, 2.7) the queue's entry where it is 1, else the vector;
+        requeued: the entry of the sampled write's queue (requeue)."""
+        if const_expr(requeued):
+            return shared_load_u16(sm["write_queue"] + cutlass.min(entry, queued - 1) * 2)
         i = self.queue_entry(sm, entry, queued, everything)
         if queue_first is not None:
             i = _pick(queue_first != 0, self.queue_entry(sm, entry, queued, False), i)
@@ -1413,7 +1424,7 @@ class DecodeTopK:
     @cute.jit
     def write_ranked(self, sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
                      trace_row, rank, everything: cutlass.Constexpr, streamed: cutlass.Constexpr = False,
-                     queue_first=None):
+                     queue_first=None, requeued: cutlass.Constexpr = False):
         """Write this CTA's selected keys at their canonical slots (SPEC.md 1.4, 2.7): a key
         > K goes to out[gtb + min(eqb, k - A)], a key == K with eqb < k - A to out[gtb +
         eqb], gtb / eqb the row's keys > K / == K at lower indices. Round r of the queue
@@ -1435,7 +1446,7 @@ class DecodeTopK:
         warp = tid >> 5
         for first in cutlass.range(0, queued, self.threads):
             entry = first + tid
-            i = self.write_entry(sm, entry, queued, everything or streamed, queue_first)
+            i = self.write_entry(sm, entry, queued, everything or streamed, queue_first, requeued)
             flags = Int32(0)
             counts = Int32(0)
             if entry < queued:
@@ -1461,7 +1472,7 @@ class DecodeTopK:
             entry = first + tid
             base = cute.arch.shuffle_sync(before, self.grid_lane(first // self.threads, warp, self.grid_rounds))
             if entry < queued:
-                i = self.write_entry(sm, entry, queued, everything or streamed, queue_first)
+                i = self.write_entry(sm, entry, queued, everything or streamed, queue_first, requeued)
                 flags, below = shared_load_u32x2(sm["stage"] + i * 16)
                 if flags != 0:
                     below = below + base
@@ -1519,7 +1530,7 @@ class DecodeTopK:
         narrow = attempt  # the sampled attempt: one pass (2.5, 2.12)
         queued = count
         if const_expr(attempt and not streamed):
-            queued = self.queue_vectors(sm, tid, lane, tops, lo)
+            queued = self.queue_vectors(sm, tid, lane, tops, lo, self.sampled_write_queue)
             self.stamp(trace_row, rank, tid, "queued")
         status = Int32(0)
         if const_expr(top_key is not None):
@@ -1618,6 +1629,43 @@ class DecodeTopK:
         return underflow, kth, above
 
     @cute.jit
+    def requeue(self, sm, tid, lane, queued, kth):
+        """The sampled write's queue (SPEC.md 2.7): the entries of the sampled attempt's
+        queue whose top (queue_vectors kept it in "write_queue") is >= K, in queue order,
+        which is index order; every key >= K lies in such a vector. Round r hands entry
+        r T + t to thread t: a ballot a warp, its count in "grid" and its mask in "masks"
+        at (round, warp); after one barrier every warp scans the counts (grid_bases) and
+        each hit stores its vector's local index at its place in "write_queue", whose tops
+        nothing reads any more. The rounds past the queue count 0, so that the scan's total
+        is the new queue's length: returned."""
+        warps = self.threads // 32
+        warp = tid >> 5
+        below = (Int32(1) << lane) - 1
+        rounds = (queued + self.threads - 1) // self.threads
+        if (tid >= rounds * warps) & (tid < self.grid_rounds * warps):
+            shared_store_u32(sm["grid"] + tid * 4, Int32(0))
+        for first in cutlass.range(0, queued, self.threads):
+            entry = first + tid
+            top = shared_load_u16(sm["write_queue"] + cutlass.min(entry, queued - 1) * 2)
+            hits = ballot(_pick(entry < queued, 1, 0) & _pick(top >= kth, 1, 0))
+            if lane == 0:
+                at = ((first // self.threads) * warps + warp) * 4
+                shared_store_u32(sm["grid"] + at, popc(hits))
+                shared_store_u32(sm["masks"] + at, hits)
+        cute.arch.sync_threads()
+        before, total = self.grid_bases(sm, lane, warp, self.grid_rounds)
+        for first in cutlass.range(0, queued, self.threads):
+            entry = first + tid
+            r = first // self.threads
+            base = cute.arch.shuffle_sync(before, self.grid_lane(r, warp, self.grid_rounds))
+            hits = shared_load_u32(sm["masks"] + (r * warps + warp) * 4)
+            if ((hits >> lane) & 1) != 0:
+                i = self.queue_entry(sm, entry, queued, False)
+                shared_store_u16(sm["write_queue"] + (base + popc(hits & below)) * 2, i, Int32(1))
+        cute.arch.sync_threads()
+        return total
+
+    @cute.jit
     def final_write(self, sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
                     trace_row, rank, everything: cutlass.Constexpr, streamed: cutlass.Constexpr, tops=None,
                     count=None):
@@ -1637,6 +1685,10 @@ class DecodeTopK:
                 queued = self.queue_vectors(sm, tid, lane, tops[:self.direct_slots], kth)
             self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
                               trace_row, rank, everything, streamed, queue_first)
+        elif const_expr(not everything and not streamed and self.sampled_write_queue):
+            queued = self.requeue(sm, tid, lane, queued, kth)
+            self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
+                              trace_row, rank, everything, streamed, None, True)
         else:
             self.write_ranked(sm, tid, lane, queued, kth, above, gt_base, eq_base, start, length, nv, out_row,
                               trace_row, rank, everything, streamed)

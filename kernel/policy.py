@@ -249,6 +249,12 @@ DIRECT_VECTORS_CLUSTER = 2
 # 13.7k of 37.1k cycles at 128 x 32768 on 1x512x8, eight rounds), and at most one vector in
 # two reaches K where a row holds sixteen keys or more a selected one.
 WRITE_QUEUE_VECTORS = 2
+# The sampled attempt's write over its queue's vectors of top >= K (SPEC.md 2.7) on the
+# staged builds of at most this many CTAs a row, whose CTAs' queues span rounds: 0.955-0.994
+# of the time at 64-128 rows of 65,536-131,072 logits on 1x512x16, 2x512x16 and 2x512x8;
+# on 8 and 16 CTAs a row a CTA's queue is about one round, and the requeue cost as much as
+# it spared or more (medians 1.00-1.03, up to 1.06; bench/NOTES.md session 27).
+SAMPLED_WRITE_QUEUE_CLUSTER = 2
 # Rows up to this width take 2 CTAs a row before 8 (one vector a thread at 2 x 512
 # threads): an 8-CTA cluster's barriers cost more than a quarter-full CTA saves there.
 TWO_CTA_FIRST_WIDTH = 8192

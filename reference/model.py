@@ -51,6 +51,8 @@ TOP_SPAN = policy.TOP_SPAN  # the direct path's window from the top: bins M - 51
 BINS = TOP_SPAN + 1  # the widest pass's bins (the window from the top); the others use 256
 COPIES = 4  # histogram copies of the selection's passes (2.8)
 WRITE_QUEUE_VECTORS = policy.WRITE_QUEUE_VECTORS  # the direct write queues past 2 vectors a thread (2.7)
+# the staged sampled write queues its vectors of top >= K at 1 and 2 CTAs a row (2.7)
+SAMPLED_WRITE_QUEUE_CLUSTER = policy.SAMPLED_WRITE_QUEUE_CLUSTER
 REG_FINE_SHIFT = policy.REG_FINE_SHIFT  # the register build (2.13): key >> 4 into 4096 bins, then key & 15
 REG_BINS = policy.REG_BINS
 REG_FINE_MASK = policy.REG_FINE_MASK
@@ -201,6 +203,11 @@ WRITE_QUEUE_PASS1 = _mutant("write_queue_from_pass1",
 WRITE_QUEUE_SLOTS = _mutant("write_queue_past_direct_slots",
                             "an underflowed attempt's chunk, longer than a direct row's slots, queued over those "
                             "slots alone")
+# the sampled write's queue (2.7)
+SAMPLED_QUEUE_ABOVE = _mutant("sampled_write_queue_above",
+                              "the staged sampled write queues its queue's vectors of top > K (not >=)")
+SAMPLED_QUEUE_FIRST_ROUND = _mutant("sampled_write_queue_first_round",
+                                    "the staged sampled write's queue keeps the hits of its queue's first round alone")
 # the register build (2.13)
 REG_FINE_EVERY_KEY = _mutant("register_fine_every_key",
                              "the register build's second pass counts the low bits of every key, not only K's bin's")
@@ -662,16 +669,33 @@ def _narrow_bases(prefix1, c, b, mutant):
 
 
 @njit(cache=True)
-def _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, dropped, local, total,
-            prefix1, copies, cg, ce):
+def _requeue(top, start, queue, qlen, T, K, mutant):
+    """The sampled write's queue (2.7): the queue's entries whose vector's top is >= K, in
+    place and in queue order (index order); every key >= K lies in such a vector. Returns
+    its length."""
+    n = 0
+    for x in range(qlen):
+        if mutant == SAMPLED_QUEUE_FIRST_ROUND and x >= T:
+            break
+        tp = top[start + queue[x]]
+        if tp > K or (tp == K and mutant != SAMPLED_QUEUE_ABOVE):
+            queue[n] = queue[x]
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def _narrow(ekey, ecnt, W, top, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, dropped, local,
+            total, prefix1, copies, cg, ce, requeue):
     """The sampled attempt's selection in one pass (2.5, 2.12): each CTA's histogram of
     key - lo over its queue (the keys NARROW_SPAN or more above lo in the last bin), the
     exchange, the underflow test (with `dropped`, a streamed row's keys == lo no queue
     holds), and K's bin b: below the last, K = lo + b exactly, A the keys of the bins above
     it, and each CTA writes its keys (2.7) from the prefixes of that one pass; the last bin
     (K >= lo + NARROW_SPAN) is an overflow: a staged row takes the direct path, a streamed
-    row the two passes over its queues. Returns (status, wild): status 1 on underflow, 2
-    on overflow (nothing written)."""
+    row the two passes over its queues. requeue (a staged row at 1 or 2 CTAs): each CTA
+    writes over its queue's vectors of top >= K (_requeue). Returns (status, wild): status
+    1 on underflow, 2 on overflow (nothing written)."""
     for c in range(C):
         start, end = _chunk(c, nv, C, mutant)
         _pass(ekey, ecnt, W, start, queue[c], qlens[c], T, lo, -2, mutant, copies, local[c])
@@ -692,8 +716,11 @@ def _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue,
     for c in range(C):
         start, end = _chunk(c, nv, C, mutant)
         gt_base, eq_base = _narrow_bases(prefix1, c, b, mutant)
-        wild += _write_cta(ekey, ecnt, W, start, queue[c], qlens[c], T, K, A, k, gt_base, eq_base, total[b],
-                           mutant, out, cg, ce, block)
+        qlen = qlens[c]
+        if requeue:
+            qlen = _requeue(top, start, queue[c], qlen, T, K, mutant)
+        wild += _write_cta(ekey, ecnt, W, start, queue[c], qlen, T, K, A, k, gt_base, eq_base, total[b], mutant, out,
+                           cg, ce, block)
     return 0, wild
 
 
@@ -753,8 +780,8 @@ def _select(ekey, ecnt, W, top, nv, k, block, C, T, V, lo, slot, mutant, out, tr
     if tr[0] == PATH_SAMPLED:  # the trace's G and E (sampled attempt), then its one pass
         tr[4] = G
         tr[5] = E
-        return _narrow(ekey, ecnt, W, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, 0, local,
-                       total, prefix1, copies, cg, ce)
+        return _narrow(ekey, ecnt, W, top, nv, k, block, C, T, lo, slot, mutant, out, tr, queue, qlens, G, 0,
+                       local, total, prefix1, copies, cg, ce, C <= SAMPLED_WRITE_QUEUE_CLUSTER)
     if direct > 0 and not block:  # token mode, over the stage: the window from the top first
         placed, wild = _narrow_top(ekey, ecnt, W, top, nv, k, block, C, T, V, slot, mutant, out, tr, queue, qlens,
                                    local, total, prefix1, copies, cg, ce, direct)
@@ -956,8 +983,8 @@ def _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr,
             return wild
         # The one pass of key - cutoff over the queues (2.5, 2.12); where it cannot place K
         # (K >= cutoff + NARROW_SPAN), the two passes over the same queues.
-        status, w = _narrow(ekey, ecnt, W, nv, k, False, C, T, cutoff, slot, mutant, out, tr, queue, qlens, G, D,
-                            local, total, prefix1, copies, cg, ce)
+        status, w = _narrow(ekey, ecnt, W, top, nv, k, False, C, T, cutoff, slot, mutant, out, tr, queue, qlens, G,
+                            D, local, total, prefix1, copies, cg, ce, False)
         if status == 2 and mutant != STREAM_NARROW_TO_DIRECT:
             status, w = _selection(ekey, ecnt, W, top, nv, k, False, C, T, 0, U, cutoff, slot, mutant, out, tr,
                                    queue, qlens, False, everything, D, G, local, total, total2, prefix1, prefix2,
