@@ -302,5 +302,17 @@ def profile(rows, width, k, block_mode, build, overrides, timer=None):
     print("   " + "  ".join(f"{name}={int(v)}" for name, v in zip(dtk.PROFILE_STAMPS, median) if v >= 0) + timed)
 
 
+# Session 27: whether a cluster's first exchange waits for its slowest CTA or for its own
+# reductions: each CTA's phases of the same rows (profile_rank: the CTA whose thread 0
+# records; %clock is per SM, so only the differences within a CTA compare).
+CONFIGS["ranks"] = [
+    (rows, width, k, False, build, {"profile_rank": r} if r else {})
+    for rows, width, k, build, ranks in ((1, 131072, 2048, (8, 8), (0, 1, 3, 5, 7)),
+                                         (8, 524288, 512, (8, 16), (0, 3, 7)),
+                                         (1, 1048576, 512, (16, 16), (0, 5, 10, 15)),
+                                         (64, 131072, 2048, (2, 16), (0, 1)))
+    for r in ranks]
+
+
 if __name__ == "__main__":
     main()

@@ -608,6 +608,7 @@ class DecodeTopK:
         self.block_mode = bool(block_mode)
         self.trace = bool(trace) or bool(profile)
         self.profile = bool(profile)
+        self.profile_rank = 0  # the CTA whose stamps the profile build records (stamp)
         self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
         self.samples_per_cta = SAMPLES // cluster
         # Longer token rows stream (2.12); block rows never do, so their variants carry
@@ -896,9 +897,10 @@ class DecodeTopK:
 
     @cute.jit
     def stamp(self, trace_row, rank, tid, point: cutlass.Constexpr):
-        """Profile build only: CTA 0's thread 0 records %clock at a PROFILE_STAMPS point."""
+        """Profile build only: thread 0 of CTA `profile_rank` (0 unless bench/profile_phases.py
+        overrides it) records %clock at a PROFILE_STAMPS point."""
         if const_expr(self.profile):
-            if (rank == 0) & (tid == 0):
+            if (rank == self.profile_rank) & (tid == 0):
                 slot = len(TRACE_FIELDS) + PROFILE_STAMPS.index(point)
                 store_s32(trace_row + slot * 4, read_clock(), Int32(1))
 
@@ -2051,6 +2053,7 @@ class DecodeTopKRegister:
         self.streams = False
         self.trace = bool(trace) or bool(profile)
         self.profile = bool(profile)
+        self.profile_rank = 0  # the CTA whose stamps the profile build records (stamp)
         self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
         # Shared memory, byte offsets: "trash" a word a lane for the passes' uncounted keys
         # (right below "hist": a stray key's pass-1 bin -(lane + 1) is its lane's word),
