@@ -76,7 +76,8 @@ def sample_positions(length, cluster):
     pos = []
     for start, end in _chunks(nv, cluster):
         m = min(8 * end, length) - 8 * start
-        pos.append(8 * start + ((2 * j + 1) * m) // (2 * per))
+        middle = ((2 * j + 1) * m) // (2 * per)
+        pos.append(8 * start + np.maximum(middle - ((middle - 2 * j) & (policy.SAMPLE_BANK_LOGITS - 1)), 0))
     return np.concatenate(pos)
 
 

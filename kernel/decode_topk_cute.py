@@ -99,6 +99,7 @@ from cutlass.cutlass_dsl import T, dsl_user_op
 # of this comment and the import below.
 from .policy import (
     BUILDS,
+    EXCHANGE_SPLIT_CLUSTER,
     KEY_NEG_INF,
     KEY_POS_INF,
     KS,
@@ -113,6 +114,7 @@ from .policy import (
     REGISTER,
     Q_MIN,
     SAMPLED_WRITE_QUEUE_CLUSTER,
+    SAMPLE_BANK_LOGITS,
     SAMPLES,
     STAGE_PREFETCH,
     STREAM_DEPTH,
@@ -1011,14 +1013,18 @@ class DecodeTopK:
 
     # -- sampling ----------------------------------------------------------------------
     def sample_offset(self, c, j, nv, length):
-        """Sample j of CTA c's chunk (2.4): (start_c, o), the logit at offset o = ((2j + 1)
-        m_c) // (2 S) of the chunk, whose m_c valid logits start at logit 8 start_c (S =
-        2048 / C)."""
+        """Sample j of CTA c's chunk (2.4): (start_c, p), the logit at offset p of the chunk,
+        whose m_c valid logits start at logit 8 start_c (S = 2048 / C): the middle o = ((2j
+        + 1) m_c) // (2 S) of part j, moved down to the nearest offset = 2j mod 64 (not
+        below 0), so that the stage's 32 samples a warp (own_samples) lie in 32 banks."""
         per, C = self.samples_per_cta, self.cluster
         first = (c * nv) // C
         m = cutlass.min((((c + 1) * nv) // C) * 8, length) - first * 8
         # In 64 bits: (2j + 1) m reaches 4095 x 1,048,576 at one CTA a row (1x512x4).
-        return first, Int32((Int64(2 * j + 1) * Int64(m)) // Int64(2 * per))
+        middle = Int32((Int64(2 * j + 1) * Int64(m)) // Int64(2 * per))
+        # (middle - 2j) & 63 is its distance above the offset below it in 2j's bank, also
+        # where middle < 2j (two's complement); the max keeps such an offset in the chunk.
+        return first, cutlass.max(middle - ((middle - 2 * j) & (SAMPLE_BANK_LOGITS - 1)), Int32(0))
 
     def load_samples(self, tid, row_logits, nv, length, sampled):
         """Issue this thread's loads of the row's samples from global memory (if sampled),
@@ -1355,22 +1361,48 @@ class DecodeTopK:
         words) and into the prefix of every higher rank (its next `bins`; DSMEM
         reductions): after the next cluster barrier every CTA holds the cluster's histogram
         and the histogram of the CTAs before it. A reduction sums counts and decides
-        nothing, so its order cannot change the answer."""
-        if tid < bins:
+        nothing, so its order cannot change the answer. On clusters of EXCHANGE_SPLIT_CLUSTER
+        CTAs or more the T / bins threads of a bin (two at 256 bins and 512 threads) each
+        sum its copies and make the reductions into every (T / bins)-th peer: one thread
+        issues its reductions one after the other (~53 cycles each at 16 CTAs), and a bin's
+        2C - 1 - rank of them on one thread were most of the exchange (bench/NOTES.md
+        sessions 27, 28). A CTA barrier parts them: every part has summed the copies before
+        part 0 zeroes them."""
+        parts = self.threads // bins if self.cluster >= EXCHANGE_SPLIT_CLUSTER else 1
+        if const_expr(parts == 1):
+            if tid < bins:
+                total = Int32(0)
+                for h in cutlass.range_constexpr(HIST_COPIES // 4):  # a bin's copies: 16 bytes a load
+                    address = sm["copies"] + tid * HIST_COPIES * 4 + h * 16
+                    for word in shared_load_u32x4(address):
+                        total = total + Int32(word)
+                    shared_store_u32x4(address, [Int32(0)] * 4)
+                nonzero = _pick(total > 0, 1, 0)
+                if const_expr(self.cluster == 1):  # no peers: the total is this CTA's own histogram
+                    shared_red(buffer + tid * 4, total, nonzero)
+                for p in cutlass.range_constexpr(self.cluster if self.cluster > 1 else 0):
+                    self.reduce_into(p, rank, buffer, tid, bins, total, nonzero)
+        else:
+            b = tid % bins
             total = Int32(0)
-            for h in cutlass.range_constexpr(HIST_COPIES // 4):  # a bin's copies: 16 bytes a load
-                address = sm["copies"] + tid * HIST_COPIES * 4 + h * 16
-                for word in shared_load_u32x4(address):
+            for h in cutlass.range_constexpr(HIST_COPIES // 4):
+                for word in shared_load_u32x4(sm["copies"] + b * HIST_COPIES * 4 + h * 16):
                     total = total + Int32(word)
-                shared_store_u32x4(address, [Int32(0)] * 4)
+            cute.arch.sync_threads()
+            if tid < bins:
+                for h in cutlass.range_constexpr(HIST_COPIES // 4):
+                    shared_store_u32x4(sm["copies"] + b * HIST_COPIES * 4 + h * 16, [Int32(0)] * 4)
             nonzero = _pick(total > 0, 1, 0)
-            if const_expr(self.cluster == 1):  # no peers: the total is this CTA's own histogram
-                shared_red(buffer + tid * 4, total, nonzero)
-            for p in cutlass.range_constexpr(self.cluster if self.cluster > 1 else 0):
-                cluster_red(peer_address(buffer + tid * 4, Int32(p)), total, nonzero)
-                if const_expr(p > 0):
-                    cluster_red(peer_address(buffer + (bins + tid) * 4, Int32(p)), total,
-                                nonzero & _pick(rank < p, 1, 0))
+            for p in cutlass.range_constexpr(self.cluster):
+                if tid // bins == p % parts:  # this part's peers only (warp-uniform)
+                    self.reduce_into(p, rank, buffer, b, bins, total, nonzero)
+
+    def reduce_into(self, p, rank, buffer, b, bins, total, nonzero):
+        """Bin b's total into peer p's total, and into its prefix where p is a higher rank."""
+        cluster_red(peer_address(buffer + b * 4, Int32(p)), total, nonzero)
+        if const_expr(p > 0):
+            cluster_red(peer_address(buffer + (bins + b) * 4, Int32(p)), total,
+                        nonzero & _pick(rank < p, 1, 0))
 
     def prefix(self, lane, buffer, high, low, bins):
         """(keys > K, keys == K) of the CTAs before this one, K = (high << 8) | low: the

@@ -23,6 +23,14 @@ import typing
 # ---------------------------------------------------------------------------------------
 LOGITS_PER_VECTOR = 8  # one 16-byte vector of BF16 logits, or one block
 SAMPLES = 2048  # sampled path: samples a row
+# Sample j of a chunk lies at the middle o of its part moved down to the nearest logit p
+# with p = 2j mod SAMPLE_BANK_LOGITS (SPEC.md 2.4): 64 two-byte logits span the 32 four-byte
+# banks of shared memory once, so the 32 samples a warp reads from its stage lie in 32
+# banks. At the middles alone every sample of a chunk of 65,536 logits sat in one of two
+# banks (16 lanes of a warp on a bank). Measured on the H200, three seeds (bench/NOTES.md
+# session 28): 1x512x16 0.977 of the time, 2x512x16 0.975, 2x512x8 0.982; 8 and 16 CTAs a
+# row (256 samples a CTA) 0.99-1.00; the streamed builds (global loads) 0.99.
+SAMPLE_BANK_LOGITS = 64
 # Sampled path: q aims at k + SURVIVOR_AIM keys at or above the cutoff (SPEC.md 2.4,
 # bench/fallback_rates.py), and is at least Q_MIN[k]: the keys at or above the q-th largest
 # of 2048 samples of n logits number about Gamma(q) n / 2048 (mean q, deviation sqrt(q) in
@@ -255,6 +263,12 @@ WRITE_QUEUE_VECTORS = 2
 # on 8 and 16 CTAs a row a CTA's queue is about one round, and the requeue cost as much as
 # it spared or more (medians 1.00-1.03, up to 1.06; bench/NOTES.md session 27).
 SAMPLED_WRITE_QUEUE_CLUSTER = 2
+# On clusters of at least this many CTAs the exchange's DSMEM reductions (SPEC.md 2.5, 2.10)
+# are spread over every thread of a bin, not made by one: a thread issues them one after the
+# other (~53 cycles each), 2C - 1 - rank a bin. Measured on the H200 (bench/NOTES.md
+# sessions 27, 28): 8x512x8 0.947 of the time, 8x512x16 0.960 (session 27: 16x512x16 0.968,
+# block mode 0.945); on 2 CTAs a row 0.998-1.010, so they keep one thread a bin.
+EXCHANGE_SPLIT_CLUSTER = 8
 # Rows up to this width take 2 CTAs a row before 8 (one vector a thread at 2 x 512
 # threads): an 8-CTA cluster's barriers cost more than a quarter-full CTA saves there.
 TWO_CTA_FIRST_WIDTH = 8192

@@ -39,6 +39,7 @@ from .mutants import Mutants
 from .topk import validate_inputs
 
 SAMPLES = policy.SAMPLES  # 2048
+SAMPLE_BANK_LOGITS = policy.SAMPLE_BANK_LOGITS  # a sample's logit: 2j mod 64 (2.4)
 SURVIVOR_AIM = policy.SURVIVOR_AIM  # q aims at k + 2560 keys at or above the cutoff
 Q_DEVIATIONS = policy.Q_DEVIATIONS  # and is at most m + ceil(sqrt(25 m)), m = ceil(2048 k / length)
 UNWRITTEN = -2
@@ -78,6 +79,7 @@ Q_SPREAD_FLOOR = _mutant("q_spread_floor", "the bound's spread floor(sqrt(25 m))
 CUTOFF_PLUS = _mutant("cutoff_plus_one", "sampled cutoff one key above the q-th largest sample")
 CUTOFF_MINUS = _mutant("cutoff_minus_one", "sampled cutoff one key below the q-th largest sample")
 SAMPLE_SHIFT = _mutant("sample_shift", "sample positions shifted one logit right")
+SAMPLE_MIDDLE = _mutant("sample_bank_middle", "samples at the middles of their parts, not moved down to 2j's bank")
 SAMPLE_DROP = _mutant("sample_drop_last", "each CTA's last sample never stored (slot keeps key 0)")
 SAMPLE_SPAN = _mutant("sample_span_vectors", "m_c = 8 (end_c - start_c): the partial last vector counted whole")
 CHUNK_GAP = _mutant("chunk_gap", "end_c = start_(c+1) - 1: each CTA but the last drops its chunk's last vector")
@@ -1147,7 +1149,9 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
                 if mutant == SAMPLE_DROP and j == S - 1:
                     samples[c * S + j] = 0
                     continue
-                off = ((2 * j + 1) * m) // (2 * S)
+                off = ((2 * j + 1) * m) // (2 * S)  # the middle of part j, then down to 2j's bank
+                if mutant != SAMPLE_MIDDLE:
+                    off = max(off - ((off - 2 * j) & (SAMPLE_BANK_LOGITS - 1)), 0)
                 if mutant == SAMPLE_SHIFT:
                     off += 1
                 p = min(8 * start + off, width - 1)

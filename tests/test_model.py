@@ -249,3 +249,22 @@ def test_a_streamed_row_is_the_direct_paths_answer():
             assert (trace[:, 2] > 0).all()  # streamed: a sampled attempt
             np.testing.assert_array_equal(out, direct_out, err_msg=f"{build.name} k={k}")
             np.testing.assert_array_equal(trace[:, 6:], direct_trace[:, 6:])
+
+
+@pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("length", [32769, 40000, 65536, 131071, 524288, 1048576])
+def test_sample_positions_spread_over_banks(length, cluster):
+    """SPEC.md 2.4: each CTA's samples lie in its chunk, distinct, and every run of 32
+    consecutive samples (a warp's reads of its own stage) lies in 32 different four-byte
+    banks: the word index (offset >> 1) of sample j is j mod 32."""
+    if length < 8 * cluster * 512:
+        pytest.skip("no sampled row this short at this cluster (length > D >= 8 C T)")
+    pos = sample_positions(length, cluster)
+    nv = -(-length // 8)
+    per = policy.SAMPLES // cluster
+    for c in range(cluster):
+        start, end = (c * nv) // cluster, ((c + 1) * nv) // cluster
+        offsets = pos[c * per:(c + 1) * per] - 8 * start
+        assert offsets.min() >= 0 and offsets.max() < min(8 * end, length) - 8 * start
+        assert np.unique(offsets).size == per
+        assert np.array_equal((offsets >> 1) % 32, np.arange(per) % 32)
