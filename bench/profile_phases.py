@@ -198,6 +198,11 @@ CONFIGS["s23"] = CONFIGS["targets"] + [
     (128, 131072, 2048, False, (1, 4), {"data": "gaussian"}), (128, 262144, 2048, False, (1, 4), {"data": "gaussian"}),
     (1, 524288, 512, False, (8, 16), {"data": "gaussian"}), (1, 131072, 512, False, (8, 8), {"data": "gaussian"})]
 
+# Session 29: the register build's window from the top at its three target points, and a
+# Gaussian row of 4,096 at k = 2048 (K the row's median: the two passes).
+CONFIGS["s29"] = [(64, 8192, 512, False, (1, 1), {}), (128, 8192, 2048, False, (1, 1), {}),
+                  (1, 8192, 512, False, (1, 1), {}), (64, 4096, 2048, False, (1, 1), {"data": "gaussian"})]
+
 # Session 17: the sampled rows of the grid's losing points and of each sampled build, the
 # cutoff's window from the largest sample against the two radix passes (the `cutoff` stamp),
 # and two direct rows (staging's one more warp store).

@@ -361,6 +361,9 @@ SAMPLE_HIT_LENGTHS = (W_SAMPLED, 65536 + 8192)
 # make_top_span: its six kinds at the widest row every build stages (1x512x4's 16,384),
 # with a masked last vector, and shorter, each kind twice.
 TOP_SPAN_LENGTHS = (16384, 16383, 12289, 16381, 9000, 16384, 16381, 16384, 16377, 12288, 16384, 10001)
+# The register build's window from the top (SPEC.md 2.13): the same rows at 8,192 logits and
+# below, its last thread's vector whole, partial and one lane short, and a row of 4,097.
+REGISTER_TOP_SPAN_LENGTHS = (8192, 8191, 6145, 8185, 4097, 8192, 8184, 8192, 8177, 6144, 8192, 5001)
 # The middle of each staged-vector slot s >= 1 of the 1-CTA builds (nv in (512 s, 512 (s+1)]).
 ONE_CTA_LENGTHS_8 = tuple(2048 * (2 * s + 1) for s in range(1, 8))  # direct (<= 32,768)
 ONE_CTA_LENGTHS_16 = tuple(2048 * (2 * s + 1) for s in range(8, 16))  # 1x512x16, sampled

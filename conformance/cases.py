@@ -348,6 +348,11 @@ CASES = (
     Case("register-indexer", "ci", 120, partial(make_indexer, rows=4, width=REGISTER.stage, rho=0.999, heads=32,
                                                  dim=128),
          "indexer-like rows of 8,192 logits at rho 0.999: ~15 distinct values"),
+    Case("register-top-span", "ci", 121, partial(algo.make_top_span, width=REGISTER.stage,
+                                                  lengths=algo.REGISTER_TOP_SPAN_LENGTHS),
+         "the register build's window from the top: K 255, 256, 510 and 511 steps below the row's largest key, "
+         "100 steps below it at k = 512 only, and the three largest keys in the row's last vector (the last warp's)",
+         modes=(False,)),
     # --- ci: the model's algorithm (SPEC.md part 2): each path and fallback in every build,
     # verified by the trace (each case's intent) ------------------------------------------------
     Case("sampled-crowded", "ci", 301, partial(algo.make_controlled, width=algo.W_SAMPLED, specs=algo.CROWDED_SPECS),

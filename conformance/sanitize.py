@@ -46,6 +46,7 @@ CASES = (
                        "from global memory"),
     # the register build (SPEC 2.13): rows of at most 8,192 logits (every case above is wider)
     ("register-boundaries", "1x1024x1's short and direct rows: lengths 0, 1, k +- 1, partial last vectors, 8,192"),
+    ("register-top-span", "1x1024x1's window from the top: K placed by it, and past it -> the two passes"),
 )
 
 

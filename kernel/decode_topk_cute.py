@@ -2065,11 +2065,14 @@ class DecodeTopKRegister:
     """The decode top-k of token rows of at most 1024 x 8 = 8,192 logits, the register build
     1x1024x1 (SPEC.md 2.13): one CTA of 1024 threads a row, thread t holding vector t
     (logits 8t .. 8t + 7) in registers from its one load to its last write. K is placed by
-    a pass of `key >> REG_FINE_SHIFT` into REG_BINS bins and a pass of the low
-    REG_FINE_SHIFT bits of the keys of K's bin into 16; the write is one CTA scan of each
-    thread's (gt, eq) counts in thread order, which is index order. No cluster, no DSMEM,
-    no second read of the row, six `bar.sync`. Why a class of its own: DecodeTopK's code
-    at 1024 threads a CTA measured slower, not faster (bench/NOTES.md sessions 6, 12, 17).
+    one pass of the window from the row's largest key M (TOP_BINS bins, as the staged
+    builds' direct path), or where it lies TOP_SPAN or more steps below M by a pass of
+    `key >> REG_FINE_SHIFT` into REG_BINS bins and a pass of the low REG_FINE_SHIFT bits of
+    the keys of K's bin into 16; the write is one CTA scan of each thread's (gt, eq) counts
+    in thread order, which is index order. No cluster, no DSMEM, no second read of the row,
+    four `bar.sync` (seven where the window cannot place K). Why a class of its own:
+    DecodeTopK's code at 1024 threads a CTA measured slower, not faster (bench/NOTES.md
+    sessions 6, 12, 17).
 
     k: 512, 1024 or 2048; trace / profile: as DecodeTopK's. Token mode only: block rows
     keep the staged builds."""
@@ -2091,10 +2094,11 @@ class DecodeTopKRegister:
         # (right below "hist": a stray key's pass-1 bin -(lane + 1) is its lane's word),
         # "hist" the first pass's REG_BINS bins (zeroed at entry, one 16-byte store a
         # thread), "fine" the second pass's 16 bins, "totals" the warps' sums of the first
-        # selection and "scan" those of the write (32 words each), "misc" the first
-        # selection's answer (bin, count above: words 0, 1).
+        # selection and "scan" those of the write (32 words each), "misc" a selection's
+        # answer (bin, count above: words 0, 1), "window" the window from the top's
+        # TOP_BINS bins (zeroed at entry), "maxima" each warp's largest key.
         regions = (("trash", 128), ("hist", REG_BINS * 4), ("fine", 64), ("totals", 128), ("scan", 128),
-                   ("misc", 16))
+                   ("misc", 16), ("window", TOP_BINS * 4), ("maxima", 128))
         self.offsets, self.smem_bytes = smem_layout(regions)
         if self.offsets["hist"] - self.offsets["trash"] != 32 * 4:
             raise ValueError("a stray key's pass-1 bin -(lane + 1) must be its lane's trash word")
@@ -2126,6 +2130,8 @@ class DecodeTopKRegister:
         shared_store_u32x4(sm["hist"] + tid * 16, [Int32(0)] * 4)
         if tid < 4:
             shared_store_u32x4(sm["fine"] + tid * 16, [Int32(0)] * 4)
+        if tid < TOP_BINS // 4:
+            shared_store_u32x4(sm["window"] + tid * 16, [Int32(0)] * 4)
 
         cute.arch.griddepcontrol_wait()
         # Thread t's vector t, loaded before the length is known, so that the row's load and
@@ -2158,6 +2164,13 @@ class DecodeTopKRegister:
             kw = [key_word(w) for w in words]
             stray = Int32(-16) - lane * 16
             keys = [_pick(e < lanes, word_key(kw, e), stray) for e in range(8)]
+            # Each warp's largest key (a stray key is below every real one), for the row's M.
+            mine = keys[0]
+            for e in cutlass.range_constexpr(1, 8):
+                mine = cutlass.max(mine, keys[e])
+            mine = cute.arch.warp_redux_sync(mine, "max")
+            if lane == 0:
+                shared_store_u32(sm["maxima"] + warp * 4, mine)
             # Every thread has zeroed its four bins before any thread adds into them (the
             # loads are in flight meanwhile). Without this barrier a warp that runs ahead
             # adds into bins not yet zeroed: wrong answers under compute-sanitizer's
@@ -2166,27 +2179,27 @@ class DecodeTopKRegister:
             cute.arch.sync_threads()
             self.stamp(trace_row, rank, tid, "staged")
 
-            # Pass 1: key >> REG_FINE_SHIFT into REG_BINS bins.
-            self.count_high(sm["hist"], keys)
+            # The window from the top: the row's largest key M (each warp's, stored before the
+            # barrier above), then every key's window_bin(M, key, TOP_SPAN) into TOP_BINS bins,
+            # a stray key's 1 into its lane's trash word (near a small M its bin could be a
+            # real key's). Why: where K lies within TOP_SPAN steps of M (every row of the
+            # grid but Gaussian 4,096 at k = 2048) one pass and warp 0's selection place it,
+            # two `bar.sync` and the second pass fewer than the two passes: 0.92-0.98 of the
+            # time at 8,192 logits (SPEC.md 2.13, bench/NOTES.md session 29).
+            top = cute.arch.warp_redux_sync(shared_load_u32(sm["maxima"] + lane * 4), "max")
+            for key in keys:
+                shared_add(_pick(key >= 0, sm["window"] + window_bin(top, key, TOP_SPAN) * 4, sm["trash"] + lane * 4),
+                           Int32(1))
             cute.arch.sync_threads()
             # Every thread's vector is in its registers and counted: the row is read (2.10).
             cute.arch.griddepcontrol_launch_dependents()
             self.stamp(trace_row, rank, tid, "pass1")
-            high, above1 = self.select_high(sm, tid, lane, warp, Int32(k))
+            b, above = self.select_window(sm, tid, lane, Int32(k))
+            kth = top - TOP_SPAN + b
             self.stamp(trace_row, rank, tid, "exchange1")
-
-            # Pass 2: the low bits of the keys of K's bin into 16 bins.
-            # Few keys count here, so no uniform-warp test: each key adds 1, an uncounted one
-            # into the lane's own trash word, so the adds neither branch (as predicated adds
-            # do) nor meet at one address (bench/NOTES.md session 20).
-            for key in keys:
-                shared_add(_pick((key >> REG_FINE_SHIFT) == high, sm["fine"] + (key & REG_FINE_MASK) * 4,
-                                 sm["trash"] + lane * 4), Int32(1))
-            cute.arch.sync_threads()
-            self.stamp(trace_row, rank, tid, "pass2")
-            low, above2 = self.select_low(sm, lane, k - above1)
-            kth = (high << REG_FINE_SHIFT) | low
-            above = above1 + above2
+            if b < 1:
+                # K lies TOP_SPAN or more steps below M: the two passes.
+                kth, above = self.two_passes(sm, tid, lane, warp, keys)
             need = k - above
             self.stamp(trace_row, rank, tid, "selected")
 
@@ -2206,6 +2219,37 @@ class DecodeTopKRegister:
             self.record(trace_row, rank, tid, "kth", kth)
             self.record(trace_row, rank, tid, "above", above)
         self.stamp(trace_row, rank, tid, "end")
+
+    @cute.jit
+    def select_window(self, sm, tid, lane, q):
+        """(bin, count above) of the q-th largest key in the window's TOP_BINS bins, in
+        every thread: warp 0 selects (warp_select), its lane 0 stores the answer, a barrier,
+        every thread loads it."""
+        if tid < 32:
+            found, above, unused_total = warp_select(sm["window"], q, lane, TOP_BINS)
+            if lane == 0:
+                shared_store_u32x2(sm["misc"], found, above)
+        cute.arch.sync_threads()
+        return shared_load_u32x2(sm["misc"])
+
+    @cute.jit
+    def two_passes(self, sm, tid, lane, warp, keys):
+        """(K, A) by the two passes (2.13), where the window from the top cannot place K:
+        pass 1 of key >> REG_FINE_SHIFT into REG_BINS bins and its selection, pass 2 of the
+        low bits of the keys of K's bin into 16 bins and its selection."""
+        k = self.k
+        self.count_high(sm["hist"], keys)
+        cute.arch.sync_threads()
+        high, above1 = self.select_high(sm, tid, lane, warp, Int32(k))
+        # Few keys count here, so no uniform-warp test: each key adds 1, an uncounted one
+        # into the lane's own trash word, so the adds neither branch (as predicated adds
+        # do) nor meet at one address (bench/NOTES.md session 20).
+        for key in keys:
+            shared_add(_pick((key >> REG_FINE_SHIFT) == high, sm["fine"] + (key & REG_FINE_MASK) * 4,
+                             sm["trash"] + lane * 4), Int32(1))
+        cute.arch.sync_threads()
+        low, above2 = self.select_low(sm, lane, k - above1)
+        return (high << REG_FINE_SHIFT) | low, above1 + above2
 
     def count_high(self, hist, keys):
         """Pass 1: each key's bin key >> REG_FINE_SHIFT into "hist", one add of 1 a key with

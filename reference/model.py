@@ -220,6 +220,12 @@ REG_FINE_NEXT_BIN = _mutant("register_fine_next_bin",
 REG_SELECT_WARP_BASE = _mutant("register_select_warp_base",
                                "the register build's first selection without the warps before (each warp's 128 "
                                "bins counted from their own top)")
+REG_WINDOW_BIN0 = _mutant("register_window_bin0_resolved",
+                          "the register build's window from the top takes K from its bin 0 (K = M - 511)")
+REG_WINDOW_OFF_BY_ONE = _mutant("register_window_off_by_one",
+                                "the register build's window from the top places K one step high (M - 510 + b)")
+REG_WINDOW_MAX_WARP0 = _mutant("register_window_max_warp0",
+                               "the register build's M taken from warp 0's 32 vectors alone")
 REG_SCAN_WARP_BASE = _mutant("register_scan_warp_base",
                              "the register build's ranked write without the warps before (each warp's 32 vectors "
                              "ranked from 0)")
@@ -1031,11 +1037,44 @@ def _register_select(hist, q, mutant):
 
 @njit(cache=True)
 def _register(ekey, ecnt, nv, k, T, mutant, out, tr, rhist, fine, order, cg, ce):
-    """The register build (2.13): one CTA of T threads, thread t holding vector t. Pass 1
-    counts key >> REG_FINE_SHIFT of every valid key into REG_BINS bins, (b1, A1) =
-    select_bin(hist, k); pass 2 the low REG_FINE_SHIFT bits of the keys of bin b1 into 16,
-    (b2, A2) = select_bin(fine, k - A1); K = b1 << REG_FINE_SHIFT | b2, A = A1 + A2; then
-    the ranked write of the one CTA over every vector in thread order (index order)."""
+    """The register build (2.13): one CTA of T threads, thread t holding vector t. The
+    window from the top: M the row's largest key, TOP_BINS bins of TOP_SPAN - min(M - key,
+    TOP_SPAN) over every valid key, (b, A) = select_bin(window, k); b >= 1: K = M - TOP_SPAN
+    + b exactly. Else (K at least TOP_SPAN steps below M) the two passes: pass 1 counts key
+    >> REG_FINE_SHIFT of every valid key into REG_BINS bins, (b1, A1) = select_bin(hist,
+    k); pass 2 the low REG_FINE_SHIFT bits of the keys of bin b1 into 16, (b2, A2) =
+    select_bin(fine, k - A1); K = b1 << REG_FINE_SHIFT | b2, A = A1 + A2. Then the ranked
+    write of the one CTA over every vector in thread order (index order)."""
+    M = -1
+    for g in range(min(nv, 32) if mutant == REG_WINDOW_MAX_WARP0 else nv):
+        for e in range(ecnt[g]):
+            M = max(M, ekey[8 * g + e])
+    window = np.zeros(TOP_SPAN + 1, np.int64)
+    for g in range(nv):
+        for e in range(ecnt[g]):
+            window[_window_bin(M, ekey[8 * g + e], TOP_SPAN)] += 1
+    b, A = _select_bin(window, k, mutant)
+    if b >= 1 or mutant == REG_WINDOW_BIN0:
+        K = M - TOP_SPAN + b + (1 if mutant == REG_WINDOW_OFF_BY_ONE else 0)
+        ties = window[b]
+    else:
+        K, A, ties = _register_passes(ekey, ecnt, nv, k, mutant, rhist, fine)
+    tr[0] = PATH_DIRECT
+    tr[6] = K
+    tr[7] = A
+    if mutant == REG_SCAN_WARP_BASE:  # each warp's 32 vectors ranked as if alone
+        wild = 0
+        for w in range(0, nv, 32):
+            wild += _write_cta(ekey, ecnt, 8, w, order, min(32, nv - w), T, K, A, k, 0, 0, ties, mutant, out,
+                               cg, ce, False)
+        return wild
+    return _write_cta(ekey, ecnt, 8, 0, order, nv, T, K, A, k, 0, 0, ties, mutant, out, cg, ce, False)
+
+
+@njit(cache=True)
+def _register_passes(ekey, ecnt, nv, k, mutant, rhist, fine):
+    """The register build's two passes (2.13), where the window from the top cannot place
+    K: (K, A, the count of keys == K)."""
     rhist[:] = 0
     for g in range(nv):
         for e in range(ecnt[g]):
@@ -1049,18 +1088,7 @@ def _register(ekey, ecnt, nv, k, T, mutant, out, tr, rhist, fine, order, cg, ce)
             if (kk >> REG_FINE_SHIFT) == high or mutant == REG_FINE_EVERY_KEY:
                 fine[kk & REG_FINE_MASK] += 1
     b2, A2 = _select_bin(fine, k if mutant == REG_FINE_Q_K else k - A1, mutant)
-    K = (b1 << REG_FINE_SHIFT) | b2
-    A = A1 + A2
-    tr[0] = PATH_DIRECT
-    tr[6] = K
-    tr[7] = A
-    if mutant == REG_SCAN_WARP_BASE:  # each warp's 32 vectors ranked as if alone
-        wild = 0
-        for w in range(0, nv, 32):
-            wild += _write_cta(ekey, ecnt, 8, w, order, min(32, nv - w), T, K, A, k, 0, 0, fine[b2], mutant, out,
-                               cg, ce, False)
-        return wild
-    return _write_cta(ekey, ecnt, 8, 0, order, nv, T, K, A, k, 0, 0, fine[b2], mutant, out, cg, ce, False)
+    return (b1 << REG_FINE_SHIFT) | b2, A1 + A2, fine[b2]
 
 
 @njit(cache=True)

@@ -268,3 +268,24 @@ def test_sample_positions_spread_over_banks(length, cluster):
         assert offsets.min() >= 0 and offsets.max() < min(8 * end, length) - 8 * start
         assert np.unique(offsets).size == per
         assert np.array_equal((offsets >> 1) % 32, np.arange(per) % 32)
+
+
+@pytest.mark.parametrize("k", [512, 1024, 2048])
+def test_register_top_span_rows_take_both_ways(k):
+    """SPEC.md 2.13: the case register-top-span has, at every k, rows whose K the register
+    build's window from the top places (K at most TOP_SPAN - 1 steps below the row's largest
+    key M: bins 1 .. 511) and rows where it cannot (TOP_SPAN or more: the two passes), among
+    them K exactly TOP_SPAN - 1 and TOP_SPAN steps below M, so that each side of the rule
+    and its boundary is run."""
+    from decode_topk.conformance.cases import cases
+    from decode_topk.reference.topk import element_keys
+
+    case = next(c for c in cases("ci") if c.name == "register-top-span")
+    logits, lengths = case.generate()
+    gaps = set()
+    for row, length in zip(logits, lengths):
+        keys = np.sort(element_keys(row, int(length), False).astype(np.int64))[::-1]
+        gaps.add(int(keys[0] - keys[k - 1]))
+    placed = {g for g in gaps if g <= policy.TOP_SPAN - 1}
+    assert placed and gaps - placed, gaps
+    assert {policy.TOP_SPAN - 1, policy.TOP_SPAN} <= gaps, gaps
