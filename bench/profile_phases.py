@@ -54,10 +54,10 @@ CONFIGS = {
     "targets": [(rows, width, k, False, build, {})
                 for rows, width, k, build in ((1, 131072, 2048, (8, 8)), (8, 131072, 2048, (8, 8)),
                                               (64, 131072, 2048, (2, 16)), (32, 32768, 2048, (2, 8)),
-                                              (64, 8192, 512, (1, 1)), (1, 1048576, 512, (16, 16)),
+                                              (64, 8192, 512, (1, 2)), (1, 1048576, 512, (16, 16)),
                                               (8, 524288, 512, (8, 16)), (64, 262144, 512, (2, 4)),
-                                              (128, 65536, 512, (1, 16)), (128, 8192, 2048, (1, 1)),
-                                              (1, 8192, 512, (1, 1)), (32, 1048576, 2048, (2, 4)))],
+                                              (128, 65536, 512, (1, 16)), (128, 8192, 2048, (1, 2)),
+                                              (1, 8192, 512, (1, 2)), (32, 1048576, 2048, (2, 4)))],
     # the least sample rank Q_MIN[k] (SPEC 2.4) against the aim alone (q_min=1, session 7's rule)
     "q-min": [(rows, width, k, False, build, over)
               for rows, width, k, build in ((1, 1048576, 1024, (16, 16)), (1, 1048576, 2048, (16, 16)),
@@ -177,7 +177,7 @@ CONFIGS["s22"] = [
         (8, 131072, 2048, False, (8, 8), "rho0.9"), (64, 131072, 2048, False, (2, 16), "rho0.9"),
         (128, 65536, 512, False, (1, 16), "rho0.9"), (32, 32768, 2048, False, (2, 8), "rho0.9"),
         (1, 131072, 512, True, (8, 8), "rho0.9"), (64, 262144, 512, False, (2, 4), "rho0.9"),
-        (1, 8192, 2048, False, (1, 1), "gaussian"), (128, 8192, 2048, False, (1, 1), "gaussian"))]
+        (1, 8192, 2048, False, (1, 2), "gaussian"), (128, 8192, 2048, False, (1, 2), "gaussian"))]
 
 # The L2 prefetches (session 22's docs/wip/l2-prefetch.patch, landed in session 23): each
 # point with the prefetch off, then as built, of staging (2.2: 8x512x16 only, STAGE_PREFETCH)
@@ -200,8 +200,8 @@ CONFIGS["s23"] = CONFIGS["targets"] + [
 
 # Session 29: the register build's window from the top at its three target points, and a
 # Gaussian row of 4,096 at k = 2048 (K the row's median: the two passes).
-CONFIGS["s29"] = [(64, 8192, 512, False, (1, 1), {}), (128, 8192, 2048, False, (1, 1), {}),
-                  (1, 8192, 512, False, (1, 1), {}), (64, 4096, 2048, False, (1, 1), {"data": "gaussian"})]
+CONFIGS["s29"] = [(64, 8192, 512, False, (1, 2), {}), (128, 8192, 2048, False, (1, 2), {}),
+                  (1, 8192, 512, False, (1, 2), {}), (64, 4096, 2048, False, (1, 2), {"data": "gaussian"})]
 
 # Session 17: the sampled rows of the grid's losing points and of each sampled build, the
 # cutoff's window from the largest sample against the two radix passes (the `cutoff` stamp),
@@ -245,15 +245,16 @@ CONFIGS["direct32k"] = [
     (1, 32768, 2048, False, (8, 8), {"data": "gaussian"}), (32, 32768, 512, False, (2, 8), {"data": "gaussian"}),
     (8, 32768, 2048, False, (8, 8), {"data": "rho0.999"}), (64, 8192, 512, False, (2, 8), {})]
 
-# Session 20: the register build (1x1024x1, SPEC 2.13) against the policy's builds at 8,192.
+# Session 20: the register build (1x1024x1 then, 1x512x2 since session 30; SPEC 2.13) against the
+# policy's builds at 8,192.
 CONFIGS["register"] = [
     (rows, 8192, k, False, build, {} if data == "rho0.9" else {"data": data})
     for data in ("rho0.9", "rho0.999", "gaussian") for rows, k in ((1, 512), (1, 2048), (64, 512), (128, 2048))
-    for build in ((1, 1), (2, 8) if rows <= 64 else (1, 8))]
+    for build in ((1, 2), (2, 8) if rows <= 64 else (1, 8))]
 # ... four of them, for the gate's run (session 20)
 CONFIGS["register-short"] = [
     (rows, 8192, k, False, build, {"data": "gaussian"}) for rows, k in ((1, 2048), (64, 512), (128, 2048))
-    for build in ((1, 1), (2, 8) if rows <= 64 else (1, 8))] + [(1, 8192, 512, False, (1, 1), {}),
+    for build in ((1, 2), (2, 8) if rows <= 64 else (1, 8))] + [(1, 8192, 512, False, (1, 2), {}),
                                                                  (1, 8192, 512, False, (2, 8), {})]
 
 

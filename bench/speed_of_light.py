@@ -35,7 +35,7 @@ class SpeedOfLight:
         shape = dtk.make_decode_topk(k, cluster, vector_count, block_mode)
         self.k, self.cluster, self.vectors = k, cluster, vector_count
         self.threads = shape.threads
-        # the register build (1x1024x1) loads its one vector a thread at once
+        # the register build (1x512x2) loads its two vectors a thread at once
         self.load_batch = getattr(shape, "load_batch", vector_count)
         self.smem_bytes = shape.smem_bytes  # the same occupancy as DecodeTopK's build
         self.streams = shape.streams  # 1x512x4: the whole row, in rounds of its stage (SPEC.md 2.12)

@@ -244,12 +244,17 @@ def boundary_lengths():
 
 def register_lengths():
     """The register build's rows (SPEC.md 2.13: at most 8,192 logits, thread t holding
-    vector t): 0, the short and first long lengths around each k, one vector for each of
-    the first 1, 32 (a warp) and 33 threads, half the CTA, and its last thread's vector
+    vectors Vt .. Vt + V - 1): 0, the short and first long lengths around each k, each
+    vector of the first thread partial, whole and one lane past, the first 1, 32 (a warp)
+    and 33 threads' logits, half the CTA, and its last thread's first and second vector
     partial, whole and one lane short."""
     cap = REGISTER.stage
-    lengths = {0, 1, 7, 8, 9, 255, 256, 257, 263, 264, cap // 2, cap // 2 + 1, cap - 9, cap - 8, cap - 7, cap - 1,
-               cap}
+    per = REGISTER.vectors * LOGITS_PER_VECTOR  # a thread's logits
+    lengths = {0, 1, cap // 2, cap // 2 + 1, cap}
+    for first in (8, per, 32 * per, 33 * per, cap - per + 8, cap):  # vector, thread, warp ends
+        lengths |= {first - 1, first, first + 1}
+    lengths |= {cap - per - 1, cap - per + 1, cap - 9, cap - 7}
+    lengths = {n for n in lengths if 0 <= n <= cap}
     for k in KS:
         lengths |= {k - 1, k, k + 1, k + 7, k + 8, k + 9}
     return sorted(lengths)

@@ -78,9 +78,14 @@ def slots_reached(build, lengths):
     """int64 [rows]: how many staged-vector slots each row fills on build, i.e. the row
     reaches slots 0 .. result - 1 (0: it stages nothing). CTA by CTA from the chunk rule:
     CTA c stages its local vectors 0 .. count_c - 1 in slots i div T, so ceil(count_c / T)
-    slots; a streamed row (streamed_rows) stages nothing."""
+    slots; a streamed row (streamed_rows) stages nothing. The register build (SPEC.md 2.13)
+    stages nothing either: thread t holds vectors V t .. V t + V - 1 in registers, so its
+    "slot" is a vector's place among its thread's, i mod V, and a row of nv vectors reaches
+    min(nv, V) of them."""
     build = normalize_build(build)
     nv = vector_count(lengths)
+    if build.registers:
+        return np.minimum(nv, build.vectors)
     start, end = chunks(nv[:, None], build.cluster)  # [rows, C]
     filled = (-(-(end - start) // build.threads)).max(axis=1, initial=0)
     return np.where(streamed_rows(build, lengths), 0, filled)
@@ -88,8 +93,12 @@ def slots_reached(build, lengths):
 
 def top_slot_vectors(build, length):
     """int64: the global vectors that the CTAs of build stage in the highest slot each of
-    them reaches on a row of `length` (local vectors from (count_c - 1) div T * T on)."""
+    them reaches on a row of `length` (local vectors from (count_c - 1) div T * T on; on the
+    register build, whose slot is g mod V, the vectors of slot min(nv, V) - 1)."""
     build = normalize_build(build)
+    if build.registers:
+        g = np.arange(int(vector_count([length])[0]), dtype=np.int64)
+        return g[g % build.vectors == min(g.size, build.vectors) - 1]
     start, end = chunks(int(vector_count([length])[0]), build.cluster)
     parts = [np.arange(s + (e - s - 1) // build.threads * build.threads, e, dtype=np.int64)
              for s, e in zip(start.tolist(), end.tolist()) if e > s]
@@ -166,8 +175,8 @@ def reachable(build):
     - direct, reason 0, for k < nv <= C T V: every slot 0 .. V - 1.
     No other (path, reason) is possible: the sampled path and the fallbacks exist only in
     token mode for n > D, and a short row never falls back.
-    The register build (SPEC.md 2.13: one vector a thread, token rows only): slot 0 short
-    or direct, or no slot at length 0.
+    The register build (SPEC.md 2.13: V vectors a thread in registers, token rows only):
+    every slot 0 .. V - 1 short or direct, or no slot at length 0.
     """
     label = build_label(build)
     cluster, threads, vectors = normalize_build(build)
@@ -175,7 +184,8 @@ def reachable(build):
     for mode in MODE_NAMES.values():
         combos |= {(label, mode, NO_SLOT, SHORT, NONE), (label, mode, 0, SHORT, NONE)}
     if normalize_build(build).registers:  # token rows of at most 8,192 logits: short or direct (SPEC.md 2.13)
-        return {combo for combo in combos if combo[1] == "token"} | {(label, "token", 0, DIRECT, NONE)}
+        return ({combo for combo in combos if combo[1] == "token" and combo[2] == NO_SLOT}
+                | {(label, "token", s, path, NONE) for s in range(vectors) for path in (SHORT, DIRECT)})
     per_cta = -(-max(KS) // cluster)  # a short block row's largest chunk, in vectors
     combos |= {(label, "block", s, SHORT, NONE) for s in range(min(vectors, -(-per_cta // threads)))}
     direct_vectors = direct_max_length(cluster, vectors) // (8 * cluster * threads)  # d

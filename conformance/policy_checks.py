@@ -32,7 +32,8 @@ EDGE_16 = 524288  # 8x512x16
 EDGE_MAX = 1048576  # 16x512x16
 EDGE_DIRECT = 65536  # the direct path's longest token row at 4 and 8 CTAs (two vectors a thread)
 EDGE_TWO_FIRST = 8192  # rows up to this width take 2 CTAs before 8 (one vector a thread at 2 x 512)
-EDGE_REGISTER = 8192  # the register build 1x1024x1's token rows (SPEC 2.13)
+EDGE_REGISTER = 8192  # the register build 1x512x2's token rows (SPEC 2.13)
+REGISTER_BUILD = "1x512x2"  # one CTA of 512 threads, two vectors a thread in registers
 EDGE_STAGE = 16384  # 1x512x4's stage (SPEC 2.12): its block rows' capacity and its D
 EDGE_STAGE_2 = 32768  # 2x512x4's stage: the same for it
 # The streamed builds (SPEC 2.1, 2.12): their names, (token, block) capacities and D.
@@ -58,7 +59,7 @@ def _resident_table(small, large16, four=None, two=None, two16=None, stream2=Non
     `two16`, if given, of 2x512x16 alone and `stream2` of 2x512x4 alone (so a policy that
     asks the wrong 2-CTA build is seen), `register` of the register build alone."""
     def resident(build):
-        if build.vectors == 1 and register:
+        if build.name == REGISTER_BUILD and register:
             return register
         if build.cluster == 16:
             return large16
@@ -100,8 +101,8 @@ def expected_stream_build(rows, width, resident, k=None):
 def expected_build(rows, width, resident, block_mode=False, k=None):
     """SPEC 2.1's build for rows x width in this mode at k (None: any), as a name
     (independent of kernel/policy.py)."""
-    if not block_mode and width <= EDGE_REGISTER and rows <= resident(policy.Build(1, 1024, 1)):
-        return "1x1024x1"
+    if not block_mode and width <= EDGE_REGISTER and rows <= resident(policy.Build.parse(REGISTER_BUILD)):
+        return REGISTER_BUILD
     if expected_streams(rows, width, resident, block_mode):
         return expected_stream_build(rows, width, resident, k)
     if width <= EDGE_8:
@@ -189,7 +190,7 @@ def _edge_problems(p):
     # (token, block) capacities: the stage C T V 8, but for the streamed builds' token rows
     capacities = {"8x512x8": (EDGE_8,) * 2, "4x1024x8": (EDGE_8,) * 2, "8x512x16": (EDGE_16,) * 2,
                   "16x512x16": (EDGE_MAX,) * 2, "1x512x8": (EDGE_1_8,) * 2, "1x512x16": (EDGE_1,) * 2,
-                  "2x512x8": (EDGE_1,) * 2, "2x512x16": (EDGE_2,) * 2, "1x1024x1": (EDGE_REGISTER, 0)}
+                  "2x512x8": (EDGE_1,) * 2, "2x512x16": (EDGE_2,) * 2, REGISTER_BUILD: (EDGE_REGISTER, 0)}
     capacities.update({name: both for name, (both, _) in STREAMED.items()})
     if sorted(b.name for b in p.BUILDS) != sorted(capacities):
         problems.append(f"the builds are {sorted(b.name for b in p.BUILDS)}, SPEC 2.1 and 2.12 say "
@@ -208,8 +209,8 @@ def _edge_problems(p):
     for cluster, want in ((1, 512), (2, 512), (4, 1024), (8, 512), (16, 512)):
         if p.threads_for(cluster) != want:
             problems.append(f"threads_for({cluster}) = {p.threads_for(cluster)}, SPEC 2.1 says {want}")
-    if p.threads_for(1, 1) != 1024:
-        problems.append(f"threads_for(1, 1) = {p.threads_for(1, 1)}, SPEC 2.13 says 1024 (the register build)")
+    if p.threads_for(1, 2) != 512:
+        problems.append(f"threads_for(1, 2) = {p.threads_for(1, 2)}, SPEC 2.13 says 512 (the register build)")
     # SPEC 2.3: the direct path's longest token row, eight vectors a thread at one CTA,
     # four at two, two on the clusters of 4, 8 and 16
     for cluster, want in ((1, EDGE_1_8), (2, EDGE_1_8), (4, EDGE_DIRECT), (8, EDGE_DIRECT),
@@ -218,7 +219,7 @@ def _edge_problems(p):
             problems.append(f"direct_max_length({cluster}) = {p.direct_max_length(cluster)}, SPEC 2.3 says {want}")
     # the same for every build by its (C, V), and the streamed builds' stages (SPEC 2.12)
     for build in p.BUILDS:
-        want = (STREAMED[build.name][1] if build.name in STREAMED else EDGE_REGISTER if build.name == "1x1024x1"
+        want = (STREAMED[build.name][1] if build.name in STREAMED else EDGE_REGISTER if build.name == REGISTER_BUILD
                 else p.direct_max_length(build.cluster))
         if p.direct_max_length(build.cluster, build.vectors) != want:
             problems.append(f"direct_max_length({build.cluster}, {build.vectors}) = "
@@ -232,10 +233,10 @@ def _edge_problems(p):
     # precompile_builds: every build the rules above pick up to a width, for any resident
     # counts (both streamed builds from the first width past EDGE_1: 2x512x4 where it keeps
     # more clusters resident than 2x512x16)
-    staged = {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "2x512x16", "1x512x4", "2x512x4", "1x1024x1"}
+    staged = {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "2x512x16", "1x512x4", "2x512x4", REGISTER_BUILD}
     for width, want in ((EDGE_MAX, staged | {"8x512x16", "16x512x16"}), (EDGE_8, staged), (EDGE_1 + 1, staged),
-                        (EDGE_1, {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "1x1024x1"}),
-                        (EDGE_REGISTER, {"8x512x8", "4x1024x8", "1x512x8", "2x512x8", "1x1024x1"})):
+                        (EDGE_1, {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", REGISTER_BUILD}),
+                        (EDGE_REGISTER, {"8x512x8", "4x1024x8", "1x512x8", "2x512x8", REGISTER_BUILD})):
         got = {b.name for b in p.precompile_builds(width)}
         if got != want:
             problems.append(f"precompile_builds({width}) = {sorted(got)}, SPEC 2.1 picks {sorted(want)}")

@@ -45,8 +45,8 @@ CASES = (
     ("streamed-queue", "the streamed path: queues at their capacity, overflow and underflow -> direct "
                        "from global memory"),
     # the register build (SPEC 2.13): rows of at most 8,192 logits (every case above is wider)
-    ("register-boundaries", "1x1024x1's short and direct rows: lengths 0, 1, k +- 1, partial last vectors, 8,192"),
-    ("register-top-span", "1x1024x1's window from the top: K placed by it, and past it -> the two passes"),
+    ("register-boundaries", "1x512x2's short and direct rows: lengths 0, 1, k +- 1, partial last vectors, 8,192"),
+    ("register-top-span", "1x512x2's window from the top: K placed by it, and past it -> the two passes"),
 )
 
 

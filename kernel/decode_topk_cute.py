@@ -73,9 +73,10 @@ waits on its predecessor grid before reading inputs and lets its dependents laun
 its chunk is in shared memory (programmatic dependent launch).
 
 Token rows of at most 8,192 logits, while every row's CTA can be resident at once, take
-the register build instead (DecodeTopKRegister, SPEC.md 2.13): one CTA of 1024 threads a
-row, a vector a thread kept in registers, a pass of key >> 4 into 4096 bins and one of the
-low 4 bits of K's bin's keys, then the same index-ordered ranked write; six CTA barriers.
+the register build instead (DecodeTopKRegister, SPEC.md 2.13): one CTA of 512 threads a
+row, two vectors a thread kept in registers, one pass of a window from the row's largest
+key (else a pass of key >> 4 into 4096 bins and one of the low 4 bits of K's bin's keys),
+then the same index-ordered ranked write; four CTA barriers (seven).
 
 SPEC.md (part 2) fixes every constant of the algorithm; reference/model.py simulates it
 CTA by CTA, and the trace variant of this kernel (trace=True) reports per row what the
@@ -1371,12 +1372,7 @@ class DecodeTopK:
         parts = self.threads // bins if self.cluster >= EXCHANGE_SPLIT_CLUSTER else 1
         if const_expr(parts == 1):
             if tid < bins:
-                total = Int32(0)
-                for h in cutlass.range_constexpr(HIST_COPIES // 4):  # a bin's copies: 16 bytes a load
-                    address = sm["copies"] + tid * HIST_COPIES * 4 + h * 16
-                    for word in shared_load_u32x4(address):
-                        total = total + Int32(word)
-                    shared_store_u32x4(address, [Int32(0)] * 4)
+                total = self.bin_copies(sm, tid, True, True)
                 nonzero = _pick(total > 0, 1, 0)
                 if const_expr(self.cluster == 1):  # no peers: the total is this CTA's own histogram
                     shared_red(buffer + tid * 4, total, nonzero)
@@ -1384,18 +1380,28 @@ class DecodeTopK:
                     self.reduce_into(p, rank, buffer, tid, bins, total, nonzero)
         else:
             b = tid % bins
-            total = Int32(0)
-            for h in cutlass.range_constexpr(HIST_COPIES // 4):
-                for word in shared_load_u32x4(sm["copies"] + b * HIST_COPIES * 4 + h * 16):
-                    total = total + Int32(word)
+            total = self.bin_copies(sm, b, True, False)
             cute.arch.sync_threads()
             if tid < bins:
-                for h in cutlass.range_constexpr(HIST_COPIES // 4):
-                    shared_store_u32x4(sm["copies"] + b * HIST_COPIES * 4 + h * 16, [Int32(0)] * 4)
+                self.bin_copies(sm, b, False, True)
             nonzero = _pick(total > 0, 1, 0)
             for p in cutlass.range_constexpr(self.cluster):
                 if tid // bins == p % parts:  # this part's peers only (warp-uniform)
                     self.reduce_into(p, rank, buffer, b, bins, total, nonzero)
+
+    @cute.jit
+    def bin_copies(self, sm, b, read: cutlass.Constexpr, zero: cutlass.Constexpr):
+        """Bin b's HIST_COPIES copies, adjacent words read 16 bytes a load: their sum if
+        read (else 0), and each 16 bytes zeroed after its load if zero."""
+        total = Int32(0)
+        for h in cutlass.range_constexpr(HIST_COPIES // 4):
+            address = sm["copies"] + b * HIST_COPIES * 4 + h * 16
+            if const_expr(read):
+                for word in shared_load_u32x4(address):
+                    total = total + Int32(word)
+            if const_expr(zero):
+                shared_store_u32x4(address, [Int32(0)] * 4)
+        return total
 
     def reduce_into(self, p, rank, buffer, b, bins, total, nonzero):
         """Bin b's total into peer p's total, and into its prefix where p is a higher rank."""
@@ -2054,17 +2060,18 @@ class DecodeTopK:
 
 
 # ---------------------------------------------------------------------------------------
-# The register build (SPEC.md 2.13): one CTA of 1024 threads a row of at most 8,192 logits,
-# one vector a thread kept in registers.
+# The register build (SPEC.md 2.13): one CTA of 512 threads a row of at most 8,192 logits,
+# two vectors a thread kept in registers.
 # ---------------------------------------------------------------------------------------
 # The register build stages its write a warp at a time from this k on (write_chosen).
 STAGED_WRITE_K = 2048
 
 
 class DecodeTopKRegister:
-    """The decode top-k of token rows of at most 1024 x 8 = 8,192 logits, the register build
-    1x1024x1 (SPEC.md 2.13): one CTA of 1024 threads a row, thread t holding vector t
-    (logits 8t .. 8t + 7) in registers from its one load to its last write. K is placed by
+    """The decode top-k of token rows of at most 512 x 2 x 8 = 8,192 logits, the register
+    build 1x512x2 (SPEC.md 2.13): one CTA of T = 512 threads a row, thread t holding vectors
+    Vt .. Vt + V - 1 (V = 2: logits 16t .. 16t + 15) in registers from its loads to its last
+    write. K is placed by
     one pass of the window from the row's largest key M (TOP_BINS bins, as the staged
     builds' direct path), or where it lies TOP_SPAN or more steps below M by a pass of
     `key >> REG_FINE_SHIFT` into REG_BINS bins and a pass of the low REG_FINE_SHIFT bits of
@@ -2072,7 +2079,9 @@ class DecodeTopKRegister:
     in thread order, which is index order. No cluster, no DSMEM, no second read of the row,
     four `bar.sync` (seven where the window cannot place K). Why a class of its own:
     DecodeTopK's code at 1024 threads a CTA measured slower, not faster (bench/NOTES.md
-    sessions 6, 12, 17).
+    sessions 6, 12, 17). Why 512 threads of two vectors, not 1024 of one (sessions 20-29):
+    the build is bound by what its warps issue, and half the warps issue its fixed steps
+    (M, the selections' broadcasts, the scans, the write's setup) half as often.
 
     k: 512, 1024 or 2048; trace / profile: as DecodeTopK's. Token mode only: block rows
     keep the staged builds."""
@@ -2083,7 +2092,7 @@ class DecodeTopKRegister:
         self.k = k
         self.cluster = 1
         self.threads = REGISTER.threads
-        self.vectors = REGISTER.vectors
+        self.vectors = REGISTER.vectors  # V: 16-byte vectors a thread, in registers
         self.block_mode = False
         self.streams = False
         self.trace = bool(trace) or bool(profile)
@@ -2092,18 +2101,19 @@ class DecodeTopKRegister:
         self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
         # Shared memory, byte offsets: "trash" a word a lane for the passes' uncounted keys
         # (right below "hist": a stray key's pass-1 bin -(lane + 1) is its lane's word),
-        # "hist" the first pass's REG_BINS bins (zeroed at entry, one 16-byte store a
+        # "hist" the first pass's REG_BINS bins (zeroed at entry, V 16-byte stores a
         # thread), "fine" the second pass's 16 bins, "totals" the warps' sums of the first
-        # selection and "scan" those of the write (32 words each), "misc" a selection's
-        # answer (bin, count above: words 0, 1), "window" the window from the top's
+        # selection and "scan" those of the write (a word a warp), "misc" the first pass's
+        # answer (bin, count above: words 0, 1) and the window's (DecodeTopK.select's, at
+        # MISC_RESULT), "window" the window from the top's
         # TOP_BINS bins (zeroed at entry), "maxima" each warp's largest key.
         regions = (("trash", 128), ("hist", REG_BINS * 4), ("fine", 64), ("totals", 128), ("scan", 128),
-                   ("misc", 16), ("window", TOP_BINS * 4), ("maxima", 128))
+                   ("misc", MISC_BYTES), ("window", TOP_BINS * 4), ("maxima", 128))
         self.offsets, self.smem_bytes = smem_layout(regions)
         if self.offsets["hist"] - self.offsets["trash"] != 32 * 4:
             raise ValueError("a stray key's pass-1 bin -(lane + 1) must be its lane's trash word")
-        if REG_BINS != 4 * self.threads:
-            raise ValueError("the first pass's bins are zeroed and selected four a thread")
+        if REG_BINS != 4 * self.vectors * self.threads:
+            raise ValueError("the first pass's bins are zeroed and selected 4 V a thread")
 
     @cute.jit
     def __call__(self, logits: cute.Tensor, lengths: cute.Tensor, out: cute.Tensor, trace: cute.Tensor,
@@ -2127,24 +2137,29 @@ class DecodeTopKRegister:
         sm = {name: base + offset for name, offset in self.offsets.items()}
         trace_row = trace.iterator.toint() + Int64(row) * (self.trace_width * 4)
         self.stamp(trace_row, rank, tid, "start")
-        shared_store_u32x4(sm["hist"] + tid * 16, [Int32(0)] * 4)
+        for v in cutlass.range_constexpr(self.vectors):
+            shared_store_u32x4(sm["hist"] + (tid * self.vectors + v) * 16, [Int32(0)] * 4)
         if tid < 4:
             shared_store_u32x4(sm["fine"] + tid * 16, [Int32(0)] * 4)
         if tid < TOP_BINS // 4:
             shared_store_u32x4(sm["window"] + tid * 16, [Int32(0)] * 4)
 
         cute.arch.griddepcontrol_wait()
-        # Thread t's vector t, loaded before the length is known, so that the row's load and
-        # the length's overlap (about 1,000 cycles each from HBM): every lane inside the
-        # row's width (1.1: nothing past the width is read; lanes at or past the length are
-        # read and never counted), one 16-byte load when whole, the width's one partial
-        # vector lane by lane.
+        # Thread t's vectors Vt .. Vt + V - 1, loaded before the length is known, so that the
+        # row's load and the length's overlap (about 1,000 cycles each from HBM): every lane
+        # inside the row's width (1.1: nothing past the width is read; lanes at or past the
+        # length are read and never counted), one 16-byte load a whole vector, the width's
+        # one partial vector lane by lane.
         row_logits = logits.iterator.toint() + Int64(row) * Int64(logits.layout.stride[0]) * 2
-        reach = clamp(logits.shape[1] - tid * 8, 8)
-        address = row_logits + Int64(tid) * 16
-        words = load_full_u32x4(address, _pick(reach == 8, 1, 0))
-        if (reach > 0) & (reach < 8):
-            words = load_u32x4(address, reach)
+        words = []
+        for v in cutlass.range_constexpr(self.vectors):
+            g = tid * self.vectors + v
+            reach = clamp(logits.shape[1] - g * 8, 8)
+            address = row_logits + Int64(g) * 16
+            vector = load_full_u32x4(address, _pick(reach == 8, 1, 0))
+            if (reach > 0) & (reach < 8):
+                vector = load_u32x4(address, reach)
+            words += list(vector)
         length = row_length(logits, lengths, row)
         out_row = out.iterator.toint() + Int64(row) * (k * 4)
         self.stamp(trace_row, rank, tid, "inputs")
@@ -2160,18 +2175,17 @@ class DecodeTopKRegister:
             # every real key (0 .. 0xFFFF), so no selection counts it and no write takes it,
             # and its pass-1 bin -(lane + 1) is the lane's own word of "trash", which sits
             # just below "hist" (no validity flag a key, and no two lanes at one address).
-            lanes = clamp(length - tid * 8, 8)
+            ne = 8 * self.vectors  # logits a thread
+            lanes = clamp(length - tid * ne, ne)
             kw = [key_word(w) for w in words]
             stray = Int32(-16) - lane * 16
-            keys = [_pick(e < lanes, word_key(kw, e), stray) for e in range(8)]
+            keys = [_pick(e < lanes, word_key(kw, e), stray) for e in range(ne)]
             # Each warp's largest key (a stray key is below every real one), for the row's M.
             mine = keys[0]
-            for e in cutlass.range_constexpr(1, 8):
+            for e in cutlass.range_constexpr(1, ne):
                 mine = cutlass.max(mine, keys[e])
-            mine = cute.arch.warp_redux_sync(mine, "max")
-            if lane == 0:
-                shared_store_u32(sm["maxima"] + warp * 4, mine)
-            # Every thread has zeroed its four bins before any thread adds into them (the
+            self.store_warp_max(sm["maxima"], tid, lane, mine)
+            # Every thread has zeroed its bins before any thread adds into them (the
             # loads are in flight meanwhile). Without this barrier a warp that runs ahead
             # adds into bins not yet zeroed: wrong answers under compute-sanitizer's
             # racecheck (26 contract violations at k = 2048, session 20's gate), where warps
@@ -2186,15 +2200,17 @@ class DecodeTopKRegister:
             # grid but Gaussian 4,096 at k = 2048) one pass and warp 0's selection place it,
             # two `bar.sync` and the second pass fewer than the two passes: 0.92-0.98 of the
             # time at 8,192 logits (SPEC.md 2.13, bench/NOTES.md session 29).
-            top = cute.arch.warp_redux_sync(shared_load_u32(sm["maxima"] + lane * 4), "max")
+            # Lane l reads warp l mod 16's word: a repeat moves no maximum, and no lane reads
+            # a word no warp wrote.
+            top = cute.arch.warp_redux_sync(shared_load_u32(sm["maxima"] + (lane % (nt // 32)) * 4), "max")
             for key in keys:
                 shared_add(_pick(key >= 0, sm["window"] + window_bin(top, key, TOP_SPAN) * 4, sm["trash"] + lane * 4),
                            Int32(1))
             cute.arch.sync_threads()
-            # Every thread's vector is in its registers and counted: the row is read (2.10).
+            # Every thread's vectors are in its registers and counted: the row is read (2.10).
             cute.arch.griddepcontrol_launch_dependents()
             self.stamp(trace_row, rank, tid, "pass1")
-            b, above = self.select_window(sm, tid, lane, Int32(k))
+            b, above, unused_total = self.select(sm, tid, sm["window"], Int32(k), None, TOP_BINS)
             kth = top - TOP_SPAN + b
             self.stamp(trace_row, rank, tid, "exchange1")
             if b < 1:
@@ -2207,7 +2223,7 @@ class DecodeTopKRegister:
             # packed gt | eq << 16 (at most 8,192 each), one CTA scan in thread order.
             gt = Int32(0)
             eq = Int32(0)
-            for e in cutlass.range_constexpr(8):
+            for e in cutlass.range_constexpr(ne):
                 gt = gt | (_pick(keys[e] > kth, 1, 0) << e)
                 eq = eq | (_pick(keys[e] == kth, 1, 0) << e)
             ties = popc(eq)
@@ -2219,18 +2235,6 @@ class DecodeTopKRegister:
             self.record(trace_row, rank, tid, "kth", kth)
             self.record(trace_row, rank, tid, "above", above)
         self.stamp(trace_row, rank, tid, "end")
-
-    @cute.jit
-    def select_window(self, sm, tid, lane, q):
-        """(bin, count above) of the q-th largest key in the window's TOP_BINS bins, in
-        every thread: warp 0 selects (warp_select), its lane 0 stores the answer, a barrier,
-        every thread loads it."""
-        if tid < 32:
-            found, above, unused_total = warp_select(sm["window"], q, lane, TOP_BINS)
-            if lane == 0:
-                shared_store_u32x2(sm["misc"], found, above)
-        cute.arch.sync_threads()
-        return shared_load_u32x2(sm["misc"])
 
     @cute.jit
     def two_passes(self, sm, tid, lane, warp, keys):
@@ -2277,7 +2281,7 @@ class DecodeTopKRegister:
             end = cute.arch.shuffle_sync(slot + popc(chosen), 31)
         for _ in cutlass.range(popc(chosen)):
             lowest = chosen & (0 - chosen)
-            index = tid * 8 + popc(lowest - 1)
+            index = tid * (8 * self.vectors) + popc(lowest - 1)
             if const_expr(staged):
                 shared_store_u32(staging + slot * 4, index)
             else:
@@ -2292,20 +2296,25 @@ class DecodeTopKRegister:
     @cute.jit
     def select_high(self, sm, tid, lane, warp, q):
         """(bin, count above) of the q-th largest key in the REG_BINS bins of "hist", in
-        every thread (q <= the row's keys). Thread t sums the four bins REG_BINS - 4 - 4t ..
-        REG_BINS - 1 - 4t (one 16-byte load; thread order is descending bin order), a warp
-        scan and one of the 32 warp totals (every warp for itself, after one barrier) give
-        it the keys in the bins above its own, and the one thread whose four bins hold the
-        q-th largest key stores the answer; a second barrier hands it to every thread."""
-        top = REG_BINS - 1 - 4 * tid
-        words = shared_load_u32x4(sm["hist"] + (top - 3) * 4)  # bins top - 3 .. top
-        counts = [Int32(words[3 - j]) for j in range(4)]  # bin top - j
-        mine = counts[0] + counts[1] + counts[2] + counts[3]
+        every thread (q <= the row's keys). Thread t sums the 4V bins REG_BINS - 4V - 4Vt ..
+        REG_BINS - 1 - 4Vt (V 16-byte loads; thread order is descending bin order), a warp
+        scan and one of the warp totals (every warp for itself, after one barrier) give it
+        the keys in the bins above its own, and the one thread whose bins hold the q-th
+        largest key stores the answer; a second barrier hands it to every thread."""
+        nb = 4 * self.vectors
+        top = REG_BINS - 1 - nb * tid
+        counts = []  # bin top - j
+        for v in cutlass.range_constexpr(self.vectors):
+            words = shared_load_u32x4(sm["hist"] + (top - 4 * v - 3) * 4)  # bins top - 4v - 3 .. top - 4v
+            counts += [Int32(words[3 - j]) for j in range(4)]
+        mine = counts[0]
+        for j in cutlass.range_constexpr(1, nb):
+            mine = mine + counts[j]
         acc = self.cta_exclusive_sum(sm["totals"], mine, lane, warp)  # the keys in the bins above
         if (acc < q) & (q <= acc + mine):
             found = Int32(-1)
             found_above = Int32(0)
-            for j in cutlass.range_constexpr(4):
+            for j in cutlass.range_constexpr(nb):
                 hit = (found < 0) & (acc + counts[j] >= q)
                 found_above = _pick(hit, acc, found_above)
                 found = _pick(hit, top - j, found)
@@ -2329,19 +2338,26 @@ class DecodeTopKRegister:
     @cute.jit
     def cta_exclusive_sum(self, scan, value, lane, warp):
         """The sum of value over the CTA's threads below this one (thread order): a warp
-        scan, the 32 warp totals in `scan` (lane 31's), one barrier, and every warp's own
-        scan of them."""
+        scan, the warp totals in `scan` (lane 31's), one barrier, and every warp's own scan
+        of them."""
         inclusive = warp_inclusive_sum(value, lane)
         if lane == 31:
             shared_store_u32(scan + warp * 4, inclusive)
         cute.arch.sync_threads()
-        word = shared_load_u32(scan + lane * 4)
+        warps = self.threads // 32
+        # Lane l reads warp l's total, 0 past the last warp (the load's address kept inside
+        # the words the warps wrote).
+        word = _pick(lane < warps, shared_load_u32(scan + (lane % warps) * 4), 0)
         totals = warp_inclusive_sum(word, lane)
         return inclusive - value + cute.arch.shuffle_sync(totals - word, warp)
 
-    # The trace and the profile stamps: DecodeTopK's, with rank 0 (one CTA a row).
+    # The trace, the profile stamps, the window's selection (warp 0's, its answer at
+    # MISC_RESULT of "misc") and the warps' largest keys: DecodeTopK's, with rank 0 (one
+    # CTA a row).
     record = DecodeTopK.record
     stamp = DecodeTopK.stamp
+    select = DecodeTopK.select
+    store_warp_max = DecodeTopK.store_warp_max
 
 
 # ---------------------------------------------------------------------------------------

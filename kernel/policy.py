@@ -22,6 +22,9 @@ import typing
 # Constants (SPEC.md part 2)
 # ---------------------------------------------------------------------------------------
 LOGITS_PER_VECTOR = 8  # one 16-byte vector of BF16 logits, or one block
+# The register build's vectors a thread (SPEC.md 2.13): 2 at 512 threads, 1 at 1024 until
+# session 30 (0.94-0.96 of the time at 8,192 logits: fewer warps issue its fixed steps).
+REGISTER_VECTORS = 2
 SAMPLES = 2048  # sampled path: samples a row
 # Sample j of a chunk lies at the middle o of its part moved down to the nearest logit p
 # with p = 2j mod SAMPLE_BANK_LOGITS (SPEC.md 2.4): 64 two-byte logits span the 32 four-byte
@@ -76,9 +79,10 @@ PROFILE_STAMPS = ("start", "inputs", "staged", "started", "cutoff", "queued", "t
 # Builds and variants
 # ---------------------------------------------------------------------------------------
 def threads_for(cluster, vectors=None):
-    """Threads a CTA: 1024 at 4 CTAs a row and on the register build (one vector a thread,
-    REGISTER), else 512 (1, 2, 8 and 16 CTAs)."""
-    return 1024 if cluster == 4 or vectors == 1 else 512
+    """Threads a CTA: 1024 at 4 CTAs a row, else 512 (1, 2, 8 and 16 CTAs, the register
+    build REGISTER among them). `vectors` names the build and changes nothing (the register
+    build had 1024 threads of one vector until session 30: SPEC.md 2.13)."""
+    return 1024 if cluster == 4 else 512
 
 
 def vector_choices(cluster):
@@ -112,9 +116,9 @@ class Build(typing.NamedTuple):
 
     @property
     def registers(self):
-        """Whether this is the register build (SPEC.md 2.13): one CTA of 1024 threads, one
-        vector a thread kept in registers, token rows only."""
-        return self.vectors == 1
+        """Whether this is the register build (SPEC.md 2.13): one CTA of 512 threads,
+        REGISTER_VECTORS vectors a thread kept in registers, token rows only."""
+        return self.vectors == REGISTER_VECTORS
 
     @property
     def capacity(self):
@@ -187,7 +191,7 @@ STREAM_PREFETCH = True
 # The builds of SPEC.md 2.1.
 BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in
                ((8, 8), (4, 8), (8, 16), (16, 16), (1, 8), (1, 16), (2, 8), (2, 16), (1, STREAM_VECTORS),
-                (2, STREAM_VECTORS), (1, 1)))
+                (2, STREAM_VECTORS), (1, REGISTER_VECTORS)))
 STREAM = Build.of(1, STREAM_VECTORS)
 STREAM_2 = Build.of(2, STREAM_VECTORS)
 # The builds whose staging first prefetches the CTA's chunk into L2 (SPEC.md 2.2): 8x512x16,
@@ -196,10 +200,11 @@ STREAM_2 = Build.of(2, STREAM_VECTORS)
 # 2x512x16 in one wave (64-66 rows) were up to 3.8% and 4.4% slower, where every SM already
 # has a CTA's loads in flight; 16x512x16 1% slower; 4x1024x8 at 16 rows unchanged.
 STAGE_PREFETCH = (Build.of(8, 16),)
-# The register build (SPEC.md 2.13): one CTA of 1024 threads a token row of at most 8,192
-# logits, one vector a thread kept in registers; K from a pass of key >> REG_FINE_SHIFT into
-# REG_BINS bins and one of the low REG_FINE_SHIFT bits of K's bin's keys.
-REGISTER = Build.of(1, 1)
+# The register build (SPEC.md 2.13): one CTA of 512 threads a token row of at most 8,192
+# logits, REGISTER_VECTORS vectors a thread kept in registers; K from the window from the
+# row's largest key, or a pass of key >> REG_FINE_SHIFT into REG_BINS bins and one of the
+# low REG_FINE_SHIFT bits of K's bin's keys.
+REGISTER = Build.of(1, REGISTER_VECTORS)
 REG_FINE_SHIFT = 4
 REG_BINS = 1 << (16 - REG_FINE_SHIFT)
 REG_FINE_MASK = (1 << REG_FINE_SHIFT) - 1

@@ -9,9 +9,10 @@ keys at their canonical positions (1.4, 2.7); the selection of the cutoff (2.6)
 and the underflow fallback; and on the streamed builds (1x512x4, 2x512x4: 2.12) each
 CTA's stream of its chunk of a long token row in tiles into its queue of the vectors that
 can hold a selected key, the selection over those queues, and the direct path from global
-memory after an overflow or underflow; and on the register build (1x1024x1, 2.13) its one
-CTA's pass of key >> 4 into 4096 bins, its pass of the low 4 bits of K's bin's keys and
-its ranked write over every vector in thread order. It returns the output and the trace of
+memory after an overflow or underflow; and on the register build (1x512x2, 2.13) its one
+CTA's window from the row's largest key, or its pass of key >> 4 into 4096 bins and its
+pass of the low 4 bits of K's bin's keys, and its ranked write over every vector in
+thread order. It returns the output and the trace of
 SPEC.md 2.11, so a kernel's trace can be compared with it field by field.
 
 Nothing is left to the order of atomics: every position is a prefix count over CTA rank
@@ -57,6 +58,7 @@ SAMPLED_WRITE_QUEUE_CLUSTER = policy.SAMPLED_WRITE_QUEUE_CLUSTER
 REG_FINE_SHIFT = policy.REG_FINE_SHIFT  # the register build (2.13): key >> 4 into 4096 bins, then key & 15
 REG_BINS = policy.REG_BINS
 REG_FINE_MASK = policy.REG_FINE_MASK
+REGISTER_VECTORS = policy.REGISTER_VECTORS  # its vectors a thread: a warp holds 32 of them a lane
 
 # ---------------------------------------------------------------------------------------
 # Mutants: planted bugs, one integer each (0 = none). Module-level ints, so numba compiles
@@ -218,16 +220,19 @@ REG_FINE_Q_K = _mutant("register_fine_q_k", "the register build's second selecti
 REG_FINE_NEXT_BIN = _mutant("register_fine_next_bin",
                             "the register build's second pass counts the keys of the bin below K's high bits")
 REG_SELECT_WARP_BASE = _mutant("register_select_warp_base",
-                               "the register build's first selection without the warps before (each warp's 128 "
+                               "the register build's first selection without the warps before (each warp's "
                                "bins counted from their own top)")
 REG_WINDOW_BIN0 = _mutant("register_window_bin0_resolved",
                           "the register build's window from the top takes K from its bin 0 (K = M - 511)")
 REG_WINDOW_OFF_BY_ONE = _mutant("register_window_off_by_one",
                                 "the register build's window from the top places K one step high (M - 510 + b)")
 REG_WINDOW_MAX_WARP0 = _mutant("register_window_max_warp0",
-                               "the register build's M taken from warp 0's 32 vectors alone")
+                               "the register build's M taken from warp 0's vectors alone")
+REG_INDEX_STRIDE = _mutant("register_index_one_vector_stride",
+                           "the register build's write indexes thread t's logits from 8t (one vector a thread's "
+                           "stride), not from 8 V t")
 REG_SCAN_WARP_BASE = _mutant("register_scan_warp_base",
-                             "the register build's ranked write without the warps before (each warp's 32 vectors "
+                             "the register build's ranked write without the warps before (each warp's vectors "
                              "ranked from 0)")
 
 MUTANT_NAMES = {v[0]: k for k, v in MUTANTS.items()}
@@ -1021,11 +1026,11 @@ def _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr,
 def _register_select(hist, q, mutant):
     """(b, above) of the q-th largest key in the register build's first pass (2.13): thread
     t sums bins REG_BINS - 4 - 4t .. REG_BINS - 1 - 4t, a CTA scan over the threads gives
-    the keys above its bins; the mutant drops the warps before it (each warp's 128 bins
-    counted from their own top)."""
+    the keys above its bins; the mutant drops the warps before it (each warp's 4 V 32
+    bins counted from their own top)."""
     if mutant != REG_SELECT_WARP_BASE:
         return _select_bin(hist, q, mutant)
-    span = 4 * 32
+    span = 4 * REGISTER_VECTORS * 32
     for top in range(REG_BINS - 1, -1, -span):
         above = np.int64(0)
         for b in range(top, top - span, -1):
@@ -1037,7 +1042,8 @@ def _register_select(hist, q, mutant):
 
 @njit(cache=True)
 def _register(ekey, ecnt, nv, k, T, mutant, out, tr, rhist, fine, order, cg, ce):
-    """The register build (2.13): one CTA of T threads, thread t holding vector t. The
+    """The register build (2.13): one CTA of T threads, thread t holding vectors Vt .. Vt
+    + V - 1 (V = REGISTER_VECTORS). The
     window from the top: M the row's largest key, TOP_BINS bins of TOP_SPAN - min(M - key,
     TOP_SPAN) over every valid key, (b, A) = select_bin(window, k); b >= 1: K = M - TOP_SPAN
     + b exactly. Else (K at least TOP_SPAN steps below M) the two passes: pass 1 counts key
@@ -1046,7 +1052,8 @@ def _register(ekey, ecnt, nv, k, T, mutant, out, tr, rhist, fine, order, cg, ce)
     select_bin(fine, k - A1); K = b1 << REG_FINE_SHIFT | b2, A = A1 + A2. Then the ranked
     write of the one CTA over every vector in thread order (index order)."""
     M = -1
-    for g in range(min(nv, 32) if mutant == REG_WINDOW_MAX_WARP0 else nv):
+    warp_vectors = 32 * REGISTER_VECTORS  # a warp's: V a lane
+    for g in range(min(nv, warp_vectors) if mutant == REG_WINDOW_MAX_WARP0 else nv):
         for e in range(ecnt[g]):
             M = max(M, ekey[8 * g + e])
     window = np.zeros(TOP_SPAN + 1, np.int64)
@@ -1062,13 +1069,22 @@ def _register(ekey, ecnt, nv, k, T, mutant, out, tr, rhist, fine, order, cg, ce)
     tr[0] = PATH_DIRECT
     tr[6] = K
     tr[7] = A
-    if mutant == REG_SCAN_WARP_BASE:  # each warp's 32 vectors ranked as if alone
+    # One round of every vector in index order: thread t's V vectors are consecutive, so the
+    # kernel's one CTA scan over threads is this scan over vectors.
+    if mutant == REG_SCAN_WARP_BASE:  # each warp's vectors ranked as if alone
         wild = 0
-        for w in range(0, nv, 32):
-            wild += _write_cta(ekey, ecnt, 8, w, order, min(32, nv - w), T, K, A, k, 0, 0, ties, mutant, out,
-                               cg, ce, False)
+        for w in range(0, nv, warp_vectors):
+            wild += _write_cta(ekey, ecnt, 8, w, order, min(warp_vectors, nv - w), T * REGISTER_VECTORS, K, A, k,
+                               0, 0, ties, mutant, out, cg, ce, False)
         return wild
-    return _write_cta(ekey, ecnt, 8, 0, order, nv, T, K, A, k, 0, 0, ties, mutant, out, cg, ce, False)
+    wild = _write_cta(ekey, ecnt, 8, 0, order, nv, T * REGISTER_VECTORS, K, A, k, 0, 0, ties, mutant, out, cg, ce,
+                      False)
+    if mutant == REG_INDEX_STRIDE:  # logit x of thread x // (8 V) written as 8 (x // (8 V)) + x % (8 V)
+        per = 8 * REGISTER_VECTORS
+        for j in range(k):
+            if out[j] >= 0:
+                out[j] = 8 * (out[j] // per) + out[j] % per
+    return wild
 
 
 @njit(cache=True)
@@ -1150,7 +1166,7 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
                 v = 0
             out[j] = v
         return 0
-    if V == 1:  # the register build (2.13)
+    if V == REGISTER_VECTORS:  # the register build (2.13)
         return _register(ekey, ecnt, nv, k, T, mutant, out, tr, rhist, fine, order, cg, ce)
 
     # DM: policy.direct_max_length(C, V), the longest row of the direct path (2.3); on the
@@ -1249,13 +1265,13 @@ def _simulate_rows(logits, lengths, k, block, C, T, V, DM, QM, U, QC, mutant, ou
     prefix1 = np.zeros((C, BINS), np.int64)
     prefix2 = np.zeros((C, BINS), np.int64)
     copies = np.zeros((32, BINS), np.int64)
-    cg = np.zeros(T, np.int64)
-    ce = np.zeros(T, np.int64)
+    cg = np.zeros(T * V, np.int64)  # a write round's entries: T, or the register build's T V vectors
+    ce = np.zeros(T * V, np.int64)
     samples = np.zeros(SAMPLES, np.int64)
     everything = np.arange(nvmax if QC else 0, dtype=np.int64)  # the fallback's "queue": every vector
-    rhist = np.zeros(REG_BINS if V == 1 else 0, np.int64)  # the register build's two passes (2.13)
+    rhist = np.zeros(REG_BINS if V == REGISTER_VECTORS else 0, np.int64)  # the register build's two passes (2.13)
     fine = np.zeros(REG_FINE_MASK + 1, np.int64)
-    order = np.arange(nvmax if V == 1 else 0, dtype=np.int64)  # its write's "queue": every vector
+    order = np.arange(nvmax if V == REGISTER_VECTORS else 0, dtype=np.int64)  # its write's "queue": every vector
     for r in range(rows):
         wild[r] = _row(logits[r], lengths[r], k, block, C, T, V, DM, QM, U, r, mutant, out[r], trace[r],
                        ekey, ecnt, top, queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce,

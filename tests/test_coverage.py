@@ -25,8 +25,12 @@ def staged_slots(build, length):
     (DecodeTopK.kernel: for s < V, i = s * nt + tid, stored iff i < count), over every
     thread, so it shares nothing with coverage.slots_reached but the chunk rule; on a
     streamed build a (token) row past the direct path's last length, its stage, stages
-    nothing (count = 0: SPEC 2.12, it streams)."""
+    nothing (count = 0: SPEC 2.12, it streams). The register build's loop is its own
+    (DecodeTopKRegister.kernel: for v < V, vector g = tid * V + v, valid iff g < nv): slot v."""
     nv = -(-length // 8)
+    if build.registers:
+        tid = np.arange(build.threads)
+        return {0: {v for v in range(build.vectors) if np.any(tid * build.vectors + v < nv)}}
     streamed = build.streams and length > policy.direct_max_length(build.cluster, build.vectors)
     slots = {}
     for c in range(build.cluster):
@@ -76,7 +80,8 @@ def test_slots_reached_is_the_kernels_staging_loop(build):
             start, end = (c * nv) // build.cluster, ((c + 1) * nv) // build.cluster
             if by_cta[c]:
                 top = max(by_cta[c])
-                want += [g for g in range(start, end) if (g - start) // build.threads == top]
+                slot_of = (lambda g: g % build.vectors) if build.registers else (lambda g: (g - start) // build.threads)
+                want += [g for g in range(start, end) if slot_of(g) == top]
         assert cv.top_slot_vectors(build, length).tolist() == want, (build.name, length)
 
 
