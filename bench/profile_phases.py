@@ -202,6 +202,9 @@ CONFIGS["s23"] = CONFIGS["targets"] + [
 # Gaussian row of 4,096 at k = 2048 (K the row's median: the two passes).
 CONFIGS["s29"] = [(64, 8192, 512, False, (1, 2), {}), (128, 8192, 2048, False, (1, 2), {}),
                   (1, 8192, 512, False, (1, 2), {}), (64, 4096, 2048, False, (1, 2), {"data": "gaussian"})]
+# Session 30: the register build at 512 threads of two vectors (1x512x2), and at 256 rows,
+# two CTAs an SM.
+CONFIGS["s30"] = CONFIGS["s29"] + [(256, 8192, 512, False, (1, 2), {}), (256, 8192, 2048, False, (1, 2), {})]
 
 # Session 17: the sampled rows of the grid's losing points and of each sampled build, the
 # cutoff's window from the largest sample against the two radix passes (the `cutoff` stamp),

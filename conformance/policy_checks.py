@@ -101,7 +101,7 @@ def expected_stream_build(rows, width, resident, k=None):
 def expected_build(rows, width, resident, block_mode=False, k=None):
     """SPEC 2.1's build for rows x width in this mode at k (None: any), as a name
     (independent of kernel/policy.py)."""
-    if not block_mode and width <= EDGE_REGISTER and rows <= resident(policy.Build.parse(REGISTER_BUILD)):
+    if not block_mode and width <= EDGE_REGISTER:  # at any row count
         return REGISTER_BUILD
     if expected_streams(rows, width, resident, block_mode):
         return expected_stream_build(rows, width, resident, k)
@@ -246,11 +246,10 @@ def _edge_problems(p):
 # ---------------------------------------------------------------------------------------
 # Planted bugs
 # ---------------------------------------------------------------------------------------
-def _registers_for(width=lambda w, c: w <= c, rows=lambda r, n: r <= n, modes=lambda block_mode: not block_mode,
-                   asked=None):
+def _registers_for(width=lambda w, c: w <= c, rows=lambda r, n: True, modes=lambda block_mode: not block_mode):
     def registers_for(rows_, width_, resident, block_mode=False):
         return (modes(block_mode) and width(width_, policy.REGISTER.stage)
-                and rows(rows_, resident(asked or policy.REGISTER)))
+                and rows(rows_, resident(policy.REGISTER)))
     return {"registers_for": registers_for}
 
 
@@ -351,15 +350,11 @@ POLICY_MUTANTS = {
                             lambda: _registers_for(width=lambda w, c: w <= c + 1)),
     "register_width_strict": ("the register build only below 8,192 logits",
                               lambda: _registers_for(width=lambda w, c: w < c)),
-    "register_rows_past": ("the register build for rows = its resident CTAs + 1",
-                           lambda: _registers_for(rows=lambda r, n: r <= n + 1)),
-    "register_rows_strict": ("the register build only while rows < its resident CTAs",
-                             lambda: _registers_for(rows=lambda r, n: r < n)),
+    "register_rows_bounded": ("the register build only while every row's CTA is resident (the rule before "
+                              "session 30)", lambda: _registers_for(rows=lambda r, n: r <= n)),
     "register_block_mode": ("block batches take the register build too",
                             lambda: _registers_for(modes=lambda block_mode: True)),
     "register_never": ("no register build", lambda: _registers_for(modes=lambda block_mode: False)),
-    "register_resident_2": ("the register rule asks 2x512x8's residency, not its own",
-                            lambda: _registers_for(asked=policy.Build.of(2, 8))),
     "width_8_strict": ("8-CTA 8-vector builds only for width < 262144 (not <=)",
                        lambda: _cluster_for(width_8=lambda w, c: w < c)),
     "width_8_past": ("8-vector builds take width 262145", lambda: _cluster_for(width_8=lambda w, c: w <= c + 1)),

@@ -388,9 +388,10 @@ def stream_build_for(rows, width, resident, k=None):
 
 def registers_for(rows, width, resident, block_mode=False):
     """Whether rows x width takes the register build (SPEC.md 2.1, 2.13): token rows of at
-    most its 8,192 logits while every row's CTA is resident at once. (resident is asked
-    only where its answer decides.)"""
-    return not block_mode and width <= REGISTER.stage and rows <= resident(REGISTER)
+    most its 8,192 logits, at any row count (rows and resident decide nothing since
+    session 30: past two CTAs an SM it ran in waves in 0.49-0.68 of the time of 1x512x8's
+    waves, 300-1024 rows, bench/NOTES.md session 30)."""
+    return not block_mode and width <= REGISTER.stage
 
 
 def build_for(rows, width, resident, block_mode=False, k=None):

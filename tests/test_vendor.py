@@ -72,7 +72,7 @@ def test_bundle_imports_alone(tmp_path):
             "assert d.Build.parse('16x512x16').capacity == 1048576\n"
             "assert d.build_for(1, 131072, lambda b: 15).name == '8x512x8'\n"
             "assert len(d.variants()) == 3 * sum(len(b.modes) for b in d.BUILDS) and callable(d.decode_topk)\n"
-            "assert callable(d.precompile) and d.make_decode_topk(512, 1, 1, False).threads == 1024\n"
+            "assert callable(d.precompile) and d.make_decode_topk(512, 1, 2, False).threads == 512\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'decode_topk'))\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
