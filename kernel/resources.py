@@ -339,8 +339,9 @@ def main(argv=None):
         Path(args.ptx_digests).write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
     if args.same_ptx_as:
         before = json.loads(Path(args.same_ptx_as).read_text())
-        differ = sorted(name for name in set(before) | set(digests) if before.get(name) != digests.get(name))
-        print(f"PTX: {len(digests) - len(differ)} of {len(set(before) | set(digests))} variants identical to "
+        names = set(before) | set(digests)  # a variant new or gone counts as differing
+        differ = sorted(name for name in names if before.get(name) != digests.get(name))
+        print(f"PTX: {len(names) - len(differ)} of {len(names)} variants identical to "
               f"{args.same_ptx_as}" + (": differ " + ", ".join(differ) if differ else ""))
         if differ:
             return 1
