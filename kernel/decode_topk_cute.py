@@ -72,7 +72,7 @@ closing barrier: after its last barrier no CTA touches a peer's shared memory. T
 waits on its predecessor grid before reading inputs and lets its dependents launch once
 its chunk is in shared memory (programmatic dependent launch).
 
-Token rows of at most 8,192 logits, while every row's CTA can be resident at once, take
+Token rows of at most 8,192 logits, at any row count, take
 the register build instead (DecodeTopKRegister, SPEC.md 2.13): one CTA of 512 threads a
 row, two vectors a thread kept in registers, one pass of a window from the row's largest
 key (else a pass of key >> 4 into 4096 bins and one of the low 4 bits of K's bin's keys),

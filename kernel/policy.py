@@ -23,7 +23,8 @@ import typing
 # ---------------------------------------------------------------------------------------
 LOGITS_PER_VECTOR = 8  # one 16-byte vector of BF16 logits, or one block
 # The register build's vectors a thread (SPEC.md 2.13): 2 at 512 threads, 1 at 1024 until
-# session 30 (0.94-0.96 of the time at 8,192 logits: fewer warps issue its fixed steps).
+# session 30 (a median 0.98 of the time at 1-128 rows, fewer warps issuing its fixed steps;
+# two CTAs an SM past them).
 REGISTER_VECTORS = 2
 SAMPLES = 2048  # sampled path: samples a row
 # Sample j of a chunk lies at the middle o of its part moved down to the nearest logit p
