@@ -1025,8 +1025,8 @@ def _streamed(ekey, ecnt, W, top, nv, k, C, T, U, cutoff, slot, mutant, out, tr,
 @njit(cache=True)
 def _register_select(hist, q, mutant):
     """(b, above) of the q-th largest key in the register build's first pass (2.13): thread
-    t sums bins REG_BINS - 4 - 4t .. REG_BINS - 1 - 4t, a CTA scan over the threads gives
-    the keys above its bins; the mutant drops the warps before it (each warp's 4 V 32
+    t sums the 4 V bins REG_BINS - 4V - 4Vt .. REG_BINS - 1 - 4Vt, a CTA scan over the
+    threads gives the keys above its bins; the mutant drops the warps before it (each warp's 4 V 32
     bins counted from their own top)."""
     if mutant != REG_SELECT_WARP_BASE:
         return _select_bin(hist, q, mutant)
