@@ -250,11 +250,10 @@ def register_lengths():
     partial, whole and one lane short."""
     cap = REGISTER.stage
     per = REGISTER.vectors * LOGITS_PER_VECTOR  # a thread's logits
-    lengths = {0, 1, cap // 2, cap // 2 + 1, cap}
+    lengths = {0, 1, cap // 2, cap // 2 + 1, cap - per - 1, cap - per + 1}
     for first in (8, per, 32 * per, 33 * per, cap - per + 8, cap):  # vector, thread, warp ends
         lengths |= {first - 1, first, first + 1}
-    lengths |= {cap - per - 1, cap - per + 1, cap - 9, cap - 7}
-    lengths = {n for n in lengths if 0 <= n <= cap}
+    lengths.discard(cap + 1)  # (past the width)
     for k in KS:
         lengths |= {k - 1, k, k + 1, k + 7, k + 8, k + 9}
     return sorted(lengths)
