@@ -231,6 +231,9 @@ REG_WINDOW_MAX_WARP0 = _mutant("register_window_max_warp0",
 REG_INDEX_STRIDE = _mutant("register_index_one_vector_stride",
                            "the register build's write indexes thread t's logits from 8t (one vector a thread's "
                            "stride), not from 8 V t")
+REG_THREAD_LAST_LANE = _mutant("register_thread_last_lane",
+                               "the register build counts the last logit of the thread that holds the length "
+                               "when it holds 8 V - 1 valid ones (its stray-key test made only below 8 V - 1)")
 REG_SCAN_WARP_BASE = _mutant("register_scan_warp_base",
                              "the register build's ranked write without the warps before (each warp's vectors "
                              "ranked from 0)")
@@ -1139,6 +1142,9 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
             lanes = min(8, length - 8 * g)
             if lanes < 8 and mutant == LAST_LANE_EXTRA:
                 lanes = min(lanes + 1, width - 8 * g)
+            if (mutant == REG_THREAD_LAST_LANE and V == REGISTER_VECTORS and g == nv - 1
+                    and length % (8 * V) == 8 * V - 1):
+                lanes = min(lanes + 1, width - 8 * g)  # the boundary thread's last vector, 7 lanes valid
             if lanes < 8 and mutant == LAST_LANE_MISSING:
                 lanes -= 1
             best = -1
