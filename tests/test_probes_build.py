@@ -1,6 +1,6 @@
-"""The CUDA C++ probes of bench/ (dsmem_probe.cu, handoff_probe.cu: plain CUDA, run on the
-H200 without the DSL) build for sm_90a, so that a device call is not spent on one that
-does not compile. Skipped where no nvcc is on PATH."""
+"""The CUDA C++ probes of bench/ (dsmem_probe.cu, handoff_probe.cu, select_probe.cu: plain
+CUDA, run on the H200 without the DSL) build for sm_90a, so that a device call is not spent
+on one that does not compile. Skipped where no nvcc is on PATH."""
 
 import shutil
 import subprocess
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
-@pytest.mark.parametrize("probe", ["dsmem_probe.cu", "handoff_probe.cu"])
+@pytest.mark.parametrize("probe", ["dsmem_probe.cu", "handoff_probe.cu", "select_probe.cu"])
 def test_probe_builds_for_sm_90a(probe, tmp_path):
     nvcc = shutil.which("nvcc")
     if nvcc is None:

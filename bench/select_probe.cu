@@ -1,0 +1,299 @@
+// Warp 0's selection and the CTA scan, measured alone (bench/NOTES.md session 31): what
+// each form of the steps on the register build's chain costs in cycles, so that a device
+// call decides between the forms of docs/wip (select-walk.patch, register-fast-path.patch)
+// before their gate. Plain CUDA C++ written after the kernel's forms, not part of it:
+//
+//     nvcc -O3 -arch=sm_90a -o build/select_probe bench/select_probe.cu   (here)
+//     build/select_probe                                                (on the H200)
+//
+// One CTA of 512 threads (16 warps, the register build's) and then 264 of them (two an SM
+// on the H200, as past 132 rows); CTA 0's thread 0 reads clock64 around REPS steps, each
+// step a bar.sync (the adds' barrier before every selection in the kernel) and then the
+// form measured; cycles a step, less the empty step's. The 512-bin histograms (four, one
+// a step in turn, in shared memory) and each step's q (1 .. the histogram's total) come
+// from the host, which computes every step's answer: each thread's checksum of the
+// answers it saw is checked.
+//
+//   empty          the bar.sync and the step's loads only
+//   select         warp 0: 16 bins a lane (four 16-byte loads), a five-shuffle scan, the
+//                  serial walk over the lane's bins, three warp reductions (bin, above,
+//                  total: DecodeTopK.select's warp_select); lane 0 stores the answer, a
+//                  bar.sync, every thread loads it
+//   select-walk    the same with docs/wip/select-walk.patch's walk (running sums, then
+//                  independent compares and two balanced trees)
+//   select-vote    the same as select but the answer handed out by the lane that holds
+//                  q (a ballot and two shuffles) and the total by lane 31's inclusive sum
+//   every-warp     every warp selects for itself (select's form), no answer stored, no
+//                  second barrier (session 12's form, which session 13 replaced)
+//   scan           the CTA's exclusive scan of one value a thread (the register build's
+//                  ranked write): a five-shuffle warp scan, the warp totals stored, a
+//                  bar.sync, a five-shuffle scan of the 16 totals and a shuffle
+//   scan-redux     the same with the second level one warp reduction of the totals of the
+//                  warps before (docs/wip/register-fast-path.patch)
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+constexpr int THREADS = 512;
+constexpr int WARPS = THREADS / 32;
+constexpr int BINS = 512;
+constexpr int PER = BINS / 32;  // bins a lane
+constexpr int HISTS = 4;
+constexpr int REPS = 256;
+constexpr unsigned FULL = 0xffffffffu;
+
+enum Form { EMPTY, SELECT, SELECT_WALK, SELECT_VOTE, EVERY_WARP, SCAN, SCAN_REDUX, FORMS };
+const char *const NAMES[FORMS] = {"empty", "select", "select-walk", "select-vote", "every-warp", "scan", "scan-redux"};
+
+struct Answer {
+  unsigned bin, above, total;
+};
+
+// The lane's 16 bins, top - j for j = 0 .. 15 (top = 511 - 16 lane), and their inclusive
+// scan over the lanes (the keys in bins top .. 511 of every lane up to this one).
+__device__ __forceinline__ void lane_bins(const unsigned *hist, unsigned lane, unsigned (&c)[PER]) {
+  const int top = BINS - 1 - PER * lane;
+#pragma unroll
+  for (int v = 0; v < PER / 4; ++v) {
+    uint4 w = *reinterpret_cast<const uint4 *>(hist + top - 4 * v - 3);
+    c[4 * v + 0] = w.w;
+    c[4 * v + 1] = w.z;
+    c[4 * v + 2] = w.y;
+    c[4 * v + 3] = w.x;
+  }
+}
+
+__device__ __forceinline__ unsigned inclusive_scan(unsigned x, unsigned lane) {
+#pragma unroll
+  for (int i = 0; i < 5; ++i) {
+    unsigned o = __shfl_up_sync(FULL, x, 1 << i);
+    if (lane >= (1u << i)) x += o;
+  }
+  return x;
+}
+
+template <Form F>
+__device__ __forceinline__ Answer warp_select(const unsigned *hist, unsigned q, unsigned lane) {
+  unsigned c[PER];
+  lane_bins(hist, lane, c);
+  const int top = BINS - 1 - PER * lane;
+  unsigned running[PER];
+  running[0] = c[0];
+#pragma unroll
+  for (int j = 1; j < PER; ++j) running[j] = running[j - 1] + c[j];
+  const unsigned total = running[PER - 1];
+  const unsigned inclusive = inclusive_scan(total, lane);
+  const unsigned first = inclusive - total;
+  int found = -1;
+  unsigned found_above = 0;
+  if (F == SELECT_WALK) {
+    const unsigned need = q - first;  // in the lane that holds q, 1 .. total
+    unsigned s[PER - 1], a[PER - 1];
+#pragma unroll
+    for (int j = 0; j < PER - 1; ++j) {
+      s[j] = running[j] < need ? 1u : 0u;
+      a[j] = running[j] < need ? running[j] : 0u;
+    }
+#pragma unroll
+    for (int width = 1; width < PER - 1; width *= 2) {
+#pragma unroll
+      for (int j = 0; j + width < PER - 1; j += 2 * width) {
+        s[j] += s[j + width];
+        a[j] = max(a[j], a[j + width]);
+      }
+    }
+    found = top - static_cast<int>(s[0]);
+    found_above = first + a[0];
+  } else {
+    unsigned acc = first;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const bool hit = found < 0 && acc + c[j] >= q;
+      found_above = hit ? acc : found_above;
+      found = hit ? top - j : found;
+      acc += c[j];
+    }
+  }
+  const bool mine = first < q && q <= inclusive;
+  Answer r;
+  if (F == SELECT_VOTE) {
+    const unsigned holder = __ffs(__ballot_sync(FULL, mine)) - 1;  // q <= the total: one lane
+    r.bin = __shfl_sync(FULL, static_cast<unsigned>(found), holder);
+    r.above = __shfl_sync(FULL, found_above, holder);
+    r.total = __shfl_sync(FULL, inclusive, 31);
+  } else {
+    r.bin = static_cast<unsigned>(__reduce_max_sync(FULL, mine ? found : -1));
+    r.above = __reduce_add_sync(FULL, mine ? found_above : 0u);
+    r.total = __reduce_add_sync(FULL, total);
+  }
+  return r;
+}
+
+template <Form F>
+__device__ __forceinline__ unsigned exclusive_scan(unsigned value, unsigned lane, unsigned warp, unsigned *totals) {
+  const unsigned inclusive = inclusive_scan(value, lane);
+  if (lane == 31) totals[warp] = inclusive;
+  __syncthreads();
+  if (F == SCAN_REDUX) {
+    const unsigned word = lane < warp ? totals[lane % WARPS] : 0u;
+    return inclusive - value + __reduce_add_sync(FULL, word);
+  }
+  const unsigned word = lane < WARPS ? totals[lane % WARPS] : 0u;
+  const unsigned scanned = inclusive_scan(word, lane);
+  return inclusive - value + __shfl_sync(FULL, scanned - word, warp);
+}
+
+template <Form F>
+__global__ void __launch_bounds__(THREADS, 2) probe(const unsigned *hists_g, const unsigned *qs_g, long long *cycles,
+                                                    unsigned *sums) {
+  __shared__ __align__(16) unsigned hists[HISTS * BINS];
+  __shared__ unsigned qs[REPS];
+  __shared__ unsigned answer[4];
+  __shared__ unsigned totals[2][WARPS];  // a step's in turn: no barrier after the reads
+  const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (unsigned i = tid; i < HISTS * BINS; i += THREADS) hists[i] = hists_g[i];
+  for (unsigned i = tid; i < REPS; i += THREADS) qs[i] = qs_g[i];
+  __syncthreads();
+  unsigned sum = 0;
+  long long start = clock64();
+  for (unsigned rep = 0; rep < REPS; ++rep) {
+    const unsigned *hist = hists + (rep % HISTS) * BINS;
+    const unsigned q = qs[rep];
+    __syncthreads();  // the adds' barrier, before every selection of the kernel
+    if (F == SELECT || F == SELECT_WALK || F == SELECT_VOTE) {
+      if (warp == 0) {
+        Answer a = warp_select<F>(hist, q, lane);
+        if (lane == 0) {
+          answer[0] = a.bin;
+          answer[1] = a.above;
+          answer[2] = a.total;
+        }
+      }
+      __syncthreads();
+      sum += answer[0] * 3 + answer[1] + answer[2] * 7;
+    } else if (F == EVERY_WARP) {
+      Answer a = warp_select<SELECT>(hist, q, lane);
+      sum += a.bin * 3 + a.above + a.total * 7;
+    } else if (F == SCAN || F == SCAN_REDUX) {
+      const unsigned value = hist[tid] & 31;  // a thread's count, as popc(gt) + (ties << 16)
+      sum += exclusive_scan<F>(value, lane, warp, totals[rep & 1]) + q;
+    } else {
+      sum += q + hist[tid];
+    }
+  }
+  long long end = clock64();
+  if (blockIdx.x == 0 && tid == 0) cycles[0] = (end - start) / REPS;
+  if (blockIdx.x == 0) sums[tid] = sum;
+}
+
+static void check(cudaError_t err, const char *what) {
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+// Every step's answer, as the host sees it: the bin holding the q-th largest key from the
+// top bin, the keys above it, the histogram's total.
+static std::vector<unsigned> expected_sums(const std::vector<unsigned> &hists, const std::vector<unsigned> &qs,
+                                           Form form) {
+  std::vector<unsigned> sums(THREADS, 0);
+  for (unsigned rep = 0; rep < REPS; ++rep) {
+    const unsigned *hist = &hists[(rep % HISTS) * BINS];
+    const unsigned q = qs[rep];
+    unsigned total = 0, acc = 0, bin = 0, above = 0;
+    bool found = false;
+    for (int b = BINS - 1; b >= 0; --b) {
+      if (!found && acc + hist[b] >= q) {
+        found = true;
+        bin = b;
+        above = acc;
+      }
+      acc += hist[b];
+      total += hist[b];
+    }
+    for (unsigned t = 0; t < THREADS; ++t) {
+      if (form == SELECT || form == SELECT_WALK || form == SELECT_VOTE || form == EVERY_WARP) {
+        sums[t] += bin * 3 + above + total * 7;
+      } else if (form == SCAN || form == SCAN_REDUX) {
+        unsigned before = 0;
+        for (unsigned u = 0; u < t; ++u) before += hist[u] & 31;
+        sums[t] += before + q;
+      } else {
+        sums[t] += q + hist[t];
+      }
+    }
+  }
+  return sums;
+}
+
+template <Form F>
+static long long run(const unsigned *hists, const unsigned *qs, long long *cycles, unsigned *sums, int ctas,
+                     const std::vector<unsigned> &host_hists, const std::vector<unsigned> &host_qs) {
+  long long host = 0;
+  for (int trial = 0; trial < 3; ++trial) {  // the first warms up; the last is kept
+    probe<F><<<ctas, THREADS>>>(hists, qs, cycles, sums);
+    check(cudaDeviceSynchronize(), NAMES[F]);
+  }
+  check(cudaMemcpy(&host, cycles, sizeof(long long), cudaMemcpyDeviceToHost), "copy");
+  std::vector<unsigned> got(THREADS);
+  check(cudaMemcpy(got.data(), sums, THREADS * sizeof(unsigned), cudaMemcpyDeviceToHost), "copy");
+  std::vector<unsigned> want = expected_sums(host_hists, host_qs, F);
+  for (int t = 0; t < THREADS; ++t) {
+    if (got[t] != want[t]) {
+      std::fprintf(stderr, "%s: thread %d's checksum %u, expected %u\n", NAMES[F], t, got[t], want[t]);
+      std::exit(1);
+    }
+  }
+  return host;
+}
+
+int main() {
+  // Four histograms of the kinds the window sees: keys crowded near the top, spread
+  // evenly, a few tall bins, and mostly empty.
+  std::vector<unsigned> hists(HISTS * BINS, 0), qs(REPS);
+  unsigned seed = 12345;
+  auto next = [&seed]() { return seed = seed * 1664525u + 1013904223u, seed >> 8; };
+  for (int b = 0; b < BINS; ++b) {
+    hists[0 * BINS + b] = b > 400 ? next() % 40 : next() % 4;
+    hists[1 * BINS + b] = next() % 16;
+    hists[2 * BINS + b] = (b % 37 == 0) ? 200 + next() % 100 : 0;
+    hists[3 * BINS + b] = (next() % 8 == 0) ? next() % 3 : 0;
+  }
+  std::vector<unsigned> totals(HISTS, 0);
+  for (int h = 0; h < HISTS; ++h)
+    for (int b = 0; b < BINS; ++b) totals[h] += hists[h * BINS + b];
+  for (unsigned rep = 0; rep < REPS; ++rep) qs[rep] = 1 + next() % totals[rep % HISTS];
+  unsigned *hists_d, *qs_d, *sums;
+  long long *cycles;
+  check(cudaMalloc(&hists_d, hists.size() * sizeof(unsigned)), "malloc");
+  check(cudaMalloc(&qs_d, qs.size() * sizeof(unsigned)), "malloc");
+  check(cudaMalloc(&sums, THREADS * sizeof(unsigned)), "malloc");
+  check(cudaMalloc(&cycles, sizeof(long long)), "malloc");
+  check(cudaMemcpy(hists_d, hists.data(), hists.size() * sizeof(unsigned), cudaMemcpyHostToDevice), "copy");
+  check(cudaMemcpy(qs_d, qs.data(), qs.size() * sizeof(unsigned), cudaMemcpyHostToDevice), "copy");
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
+  std::printf("| form | cycles a step, 1 CTA | less empty | cycles a step, %d CTAs | less empty |\n", 2 * sms);
+  std::printf("|---|---|---|---|---|\n");
+  long long base[2] = {0, 0};
+  for (int f = 0; f < FORMS; ++f) {
+    long long c[2];
+    for (int i = 0; i < 2; ++i) {
+      const int ctas = i == 0 ? 1 : 2 * sms;
+      switch (f) {
+        case EMPTY: c[i] = run<EMPTY>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        case SELECT: c[i] = run<SELECT>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        case SELECT_WALK: c[i] = run<SELECT_WALK>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        case SELECT_VOTE: c[i] = run<SELECT_VOTE>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        case EVERY_WARP: c[i] = run<EVERY_WARP>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        case SCAN: c[i] = run<SCAN>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        default: c[i] = run<SCAN_REDUX>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+      }
+      if (f == EMPTY) base[i] = c[i];
+    }
+    std::printf("| %s | %lld | %lld | %lld | %lld |\n", NAMES[f], c[0], c[0] - base[0], c[1], c[1] - base[1]);
+  }
+  std::printf("cycles: CTA 0's clock64 over %d steps; every thread's checksum of the answers checked\n", REPS);
+  return 0;
+}
