@@ -1,18 +1,20 @@
-// Warp 0's selection and the CTA scan, measured alone (bench/NOTES.md session 31): what
-// each form of the steps on the register build's chain costs in cycles, so that a device
-// call decides between the forms of docs/wip (select-walk.patch, register-fast-path.patch)
-// before their gate. Plain CUDA C++ written after the kernel's forms, not part of it:
+// Three steps of the register build's chain measured alone (bench/NOTES.md session 31):
+// warp 0's selection, the CTA scan and the window's adds, each in the kernel's form and in
+// the forms of docs/wip (select-walk.patch, select-vote.patch, register-fast-path.patch)
+// or of an idea, so that one device call says which is worth a kernel change and its gate.
+// Plain CUDA C++ written after the kernel's forms, not part of it:
 //
 //     nvcc -O3 -arch=sm_90a -o build/select_probe bench/select_probe.cu   (here)
 //     build/select_probe                                                (on the H200)
 //
 // One CTA of 512 threads (16 warps, the register build's) and then 264 of them (two an SM
-// on the H200, as past 132 rows); CTA 0's thread 0 reads clock64 around REPS steps, each
+// on the H200, as past 132 rows, held there by unused dynamic shared memory); each CTA's
+// thread 0 reads clock64 around REPS steps (the median CTA, the median of 5 launches), each
 // step a bar.sync (the adds' barrier before every selection in the kernel) and then the
-// form measured; cycles a step, less the empty step's. The 512-bin histograms (four, one
-// a step in turn, in shared memory) and each step's q (1 .. the histogram's total) come
-// from the host, which computes every step's answer: each thread's checksum of the
-// answers it saw is checked.
+// form measured; cycles a step, less its base's (the empty step's, or adds-none's). The
+// 512-bin histograms (four, one a step in turn, in shared memory) and each step's q (1 ..
+// the histogram's total) come from the host, which computes every step's answer: each
+// thread's checksum of the answers (or of the bins it reads) is checked.
 //
 //   empty          the bar.sync and the step's loads only
 //   select         warp 0: 16 bins a lane (four 16-byte loads), a five-shuffle scan, the
@@ -30,6 +32,18 @@
 //                  bar.sync, a five-shuffle scan of the 16 totals and a shuffle
 //   scan-redux     the same with the second level one warp reduction of the totals of the
 //                  warps before (docs/wip/register-fast-path.patch)
+//   adds-none      (the adds' baseline) each thread zeroes a bin, a bar.sync, a bar.sync,
+//                  each thread reads a bin
+//   adds           between those barriers each thread adds 1 for each of its 16 keys into
+//                  the 512-bin window (red.shared.add, as the register build's window pass),
+//                  60% of the keys into bin 0, where the window puts every key 511 or more
+//                  steps below the row's largest (most keys of a row of 8,192: 16 warps
+//                  adding into one word)
+//   adds-trash     the same, but a key of bin 0 into its lane's own word instead (bin 0's
+//                  count is never needed: where the window's bins 1 .. 511 hold fewer than
+//                  k keys the register build takes its two passes either way)
+//   adds-spread    the same keys' adds spread evenly over the 512 bins (no bin crowded)
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -41,9 +55,16 @@ constexpr int PER = BINS / 32;  // bins a lane
 constexpr int HISTS = 4;
 constexpr int REPS = 256;
 constexpr unsigned FULL = 0xffffffffu;
+constexpr int TRIALS = 6;                   // the first warms up; the median of the others
+constexpr int RESIDENT_SMEM = 100 * 1024;  // with the static words: two CTAs an SM, not three
 
-enum Form { EMPTY, SELECT, SELECT_WALK, SELECT_VOTE, EVERY_WARP, SCAN, SCAN_REDUX, FORMS };
-const char *const NAMES[FORMS] = {"empty", "select", "select-walk", "select-vote", "every-warp", "scan", "scan-redux"};
+enum Form { EMPTY, SELECT, SELECT_WALK, SELECT_VOTE, EVERY_WARP, SCAN, SCAN_REDUX, ADDS_NONE, ADDS, ADDS_TRASH,
+            ADDS_SPREAD, FORMS };
+const char *const NAMES[FORMS] = {"empty", "select", "select-walk", "select-vote", "every-warp", "scan",
+                                  "scan-redux", "adds-none", "adds", "adds-trash", "adds-spread"};
+// What each form's cycles are read against: the step without the measured work.
+const Form BASE[FORMS] = {EMPTY, EMPTY, EMPTY, EMPTY, EMPTY, EMPTY, EMPTY, ADDS_NONE, ADDS_NONE, ADDS_NONE, ADDS_NONE};
+constexpr unsigned FAR_PERCENT = 60;  // keys 511 or more steps below M: bin 0 of the window
 
 struct Answer {
   unsigned bin, above, total;
@@ -116,10 +137,13 @@ __device__ __forceinline__ Answer warp_select(const unsigned *hist, unsigned q, 
   }
   const bool mine = first < q && q <= inclusive;
   Answer r;
-  if (F == SELECT_VOTE) {
-    const unsigned holder = __ffs(__ballot_sync(FULL, mine)) - 1;  // q <= the total: one lane
-    r.bin = __shfl_sync(FULL, static_cast<unsigned>(found), holder);
-    r.above = __shfl_sync(FULL, found_above, holder);
+  if (F == SELECT_VOTE) {  // select-vote.patch's form: none holds q where q > total
+    const unsigned holders = __ballot_sync(FULL, mine);
+    const unsigned holder = __popc((holders & (0u - holders)) - 1);  // 32 (lane 0) for none
+    const unsigned bin = __shfl_sync(FULL, static_cast<unsigned>(found), holder);
+    const unsigned above = __shfl_sync(FULL, found_above, holder);
+    r.bin = holders == 0 ? ~0u : bin;
+    r.above = holders == 0 ? 0u : above;
     r.total = __shfl_sync(FULL, inclusive, 31);
   } else {
     r.bin = static_cast<unsigned>(__reduce_max_sync(FULL, mine ? found : -1));
@@ -143,19 +167,40 @@ __device__ __forceinline__ unsigned exclusive_scan(unsigned value, unsigned lane
   return inclusive - value + __shfl_sync(FULL, scanned - word, warp);
 }
 
+// Key e of thread t's window bin: bin 0 for FAR_PERCENT of the keys, else 1 .. 511
+// (adds-spread: 0 .. 511 evenly), from a hash, the same in every step.
+__host__ __device__ inline unsigned key_bin(unsigned t, unsigned e, bool spread) {
+  unsigned h = (t * 16 + e + 1) * 2654435761u;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  if (spread) return h % BINS;
+  return (h % 100 < FAR_PERCENT) ? 0u : 1 + (h >> 8) % (BINS - 1);
+}
+
+__device__ __forceinline__ void shared_add(unsigned *word) {
+  asm volatile("red.shared.add.u32 [%0], 1;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(word)))
+               : "memory");
+}
+
 template <Form F>
 __global__ void __launch_bounds__(THREADS, 2) probe(const unsigned *hists_g, const unsigned *qs_g, long long *cycles,
                                                     unsigned *sums) {
   __shared__ __align__(16) unsigned hists[HISTS * BINS];
   __shared__ unsigned qs[REPS];
-  __shared__ unsigned answer[4];
+  __shared__ uint4 answer;  // one 16-byte store and load, as DecodeTopK.select
   __shared__ unsigned totals[2][WARPS];  // a step's in turn: no barrier after the reads
+  __shared__ unsigned window[BINS], trash[32];
   const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (unsigned i = tid; i < HISTS * BINS; i += THREADS) hists[i] = hists_g[i];
   for (unsigned i = tid; i < REPS; i += THREADS) qs[i] = qs_g[i];
   __syncthreads();
+  unsigned bins[16];
+#pragma unroll
+  for (int e = 0; e < 16; ++e) bins[e] = key_bin(tid, e, F == ADDS_SPREAD);
   unsigned sum = 0;
   long long start = clock64();
+#pragma unroll 1  // every form pays the same loop overhead a step
   for (unsigned rep = 0; rep < REPS; ++rep) {
     const unsigned *hist = hists + (rep % HISTS) * BINS;
     const unsigned q = qs[rep];
@@ -163,26 +208,33 @@ __global__ void __launch_bounds__(THREADS, 2) probe(const unsigned *hists_g, con
     if (F == SELECT || F == SELECT_WALK || F == SELECT_VOTE) {
       if (warp == 0) {
         Answer a = warp_select<F>(hist, q, lane);
-        if (lane == 0) {
-          answer[0] = a.bin;
-          answer[1] = a.above;
-          answer[2] = a.total;
-        }
+        if (lane == 0) answer = make_uint4(a.bin, a.above, a.total, 0);
       }
       __syncthreads();
-      sum += answer[0] * 3 + answer[1] + answer[2] * 7;
+      const uint4 got = answer;
+      sum += got.x * 3 + got.y + got.z * 7;
     } else if (F == EVERY_WARP) {
       Answer a = warp_select<SELECT>(hist, q, lane);
       sum += a.bin * 3 + a.above + a.total * 7;
     } else if (F == SCAN || F == SCAN_REDUX) {
       const unsigned value = hist[tid] & 31;  // a thread's count, as popc(gt) + (ties << 16)
       sum += exclusive_scan<F>(value, lane, warp, totals[rep & 1]) + q;
+    } else if (F == ADDS_NONE || F == ADDS || F == ADDS_TRASH || F == ADDS_SPREAD) {
+      window[tid] = 0;
+      if (tid < 32) trash[tid] = 0;
+      __syncthreads();
+      if (F != ADDS_NONE) {
+#pragma unroll
+        for (int e = 0; e < 16; ++e) shared_add(F == ADDS_TRASH && bins[e] == 0 ? &trash[lane] : &window[bins[e]]);
+      }
+      __syncthreads();
+      sum += window[tid] * (tid + 1) + q;
     } else {
       sum += q + hist[tid];
     }
   }
   long long end = clock64();
-  if (blockIdx.x == 0 && tid == 0) cycles[0] = (end - start) / REPS;
+  if (tid == 0) cycles[blockIdx.x] = (end - start) / REPS;
   if (blockIdx.x == 0) sums[tid] = sum;
 }
 
@@ -197,7 +249,11 @@ static void check(cudaError_t err, const char *what) {
 // top bin, the keys above it, the histogram's total.
 static std::vector<unsigned> expected_sums(const std::vector<unsigned> &hists, const std::vector<unsigned> &qs,
                                            Form form) {
-  std::vector<unsigned> sums(THREADS, 0);
+  std::vector<unsigned> sums(THREADS, 0), counts(BINS, 0);  // counts: the keys in each bin
+  if (form == ADDS || form == ADDS_TRASH || form == ADDS_SPREAD)
+    for (unsigned u = 0; u < THREADS; ++u)
+      for (unsigned e = 0; e < 16; ++e) counts[key_bin(u, e, form == ADDS_SPREAD)] += 1;
+  if (form == ADDS_TRASH) counts[0] = 0;  // bin 0's keys went to the trash words
   for (unsigned rep = 0; rep < REPS; ++rep) {
     const unsigned *hist = &hists[(rep % HISTS) * BINS];
     const unsigned q = qs[rep];
@@ -219,6 +275,8 @@ static std::vector<unsigned> expected_sums(const std::vector<unsigned> &hists, c
         unsigned before = 0;
         for (unsigned u = 0; u < t; ++u) before += hist[u] & 31;
         sums[t] += before + q;
+      } else if (form == ADDS_NONE || form == ADDS || form == ADDS_TRASH || form == ADDS_SPREAD) {
+        sums[t] += counts[t] * (t + 1) + q;
       } else {
         sums[t] += q + hist[t];
       }
@@ -230,12 +288,19 @@ static std::vector<unsigned> expected_sums(const std::vector<unsigned> &hists, c
 template <Form F>
 static long long run(const unsigned *hists, const unsigned *qs, long long *cycles, unsigned *sums, int ctas,
                      const std::vector<unsigned> &host_hists, const std::vector<unsigned> &host_qs) {
-  long long host = 0;
-  for (int trial = 0; trial < 3; ++trial) {  // the first warms up; the last is kept
-    probe<F><<<ctas, THREADS>>>(hists, qs, cycles, sums);
+  // RESIDENT_SMEM of dynamic shared memory a CTA (unused): two fit an SM, three do not,
+  // whatever each form's registers would allow.
+  check(cudaFuncSetAttribute(probe<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, RESIDENT_SMEM), "attribute");
+  std::vector<long long> medians, each(ctas);
+  for (int trial = 0; trial < TRIALS; ++trial) {  // the first warms up
+    probe<F><<<ctas, THREADS, RESIDENT_SMEM>>>(hists, qs, cycles, sums);
     check(cudaDeviceSynchronize(), NAMES[F]);
+    check(cudaMemcpy(each.data(), cycles, ctas * sizeof(long long), cudaMemcpyDeviceToHost), "copy");
+    std::sort(each.begin(), each.end());
+    if (trial > 0) medians.push_back(each[ctas / 2]);  // the median CTA's cycles a step
   }
-  check(cudaMemcpy(&host, cycles, sizeof(long long), cudaMemcpyDeviceToHost), "copy");
+  std::sort(medians.begin(), medians.end());
+  const long long host = medians[medians.size() / 2];
   std::vector<unsigned> got(THREADS);
   check(cudaMemcpy(got.data(), sums, THREADS * sizeof(unsigned), cudaMemcpyDeviceToHost), "copy");
   std::vector<unsigned> want = expected_sums(host_hists, host_qs, F);
@@ -269,14 +334,14 @@ int main() {
   check(cudaMalloc(&hists_d, hists.size() * sizeof(unsigned)), "malloc");
   check(cudaMalloc(&qs_d, qs.size() * sizeof(unsigned)), "malloc");
   check(cudaMalloc(&sums, THREADS * sizeof(unsigned)), "malloc");
-  check(cudaMalloc(&cycles, sizeof(long long)), "malloc");
-  check(cudaMemcpy(hists_d, hists.data(), hists.size() * sizeof(unsigned), cudaMemcpyHostToDevice), "copy");
-  check(cudaMemcpy(qs_d, qs.data(), qs.size() * sizeof(unsigned), cudaMemcpyHostToDevice), "copy");
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
-  std::printf("| form | cycles a step, 1 CTA | less empty | cycles a step, %d CTAs | less empty |\n", 2 * sms);
+  check(cudaMalloc(&cycles, 2 * sms * sizeof(long long)), "malloc");
+  check(cudaMemcpy(hists_d, hists.data(), hists.size() * sizeof(unsigned), cudaMemcpyHostToDevice), "copy");
+  check(cudaMemcpy(qs_d, qs.data(), qs.size() * sizeof(unsigned), cudaMemcpyHostToDevice), "copy");
+  std::printf("| form | cycles a step, 1 CTA | less its base | cycles a step, %d CTAs | less its base |\n", 2 * sms);
   std::printf("|---|---|---|---|---|\n");
-  long long base[2] = {0, 0};
+  long long measured[FORMS][2] = {};
   for (int f = 0; f < FORMS; ++f) {
     long long c[2];
     for (int i = 0; i < 2; ++i) {
@@ -288,12 +353,18 @@ int main() {
         case SELECT_VOTE: c[i] = run<SELECT_VOTE>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
         case EVERY_WARP: c[i] = run<EVERY_WARP>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
         case SCAN: c[i] = run<SCAN>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        default: c[i] = run<SCAN_REDUX>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        case SCAN_REDUX: c[i] = run<SCAN_REDUX>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        case ADDS_NONE: c[i] = run<ADDS_NONE>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        case ADDS: c[i] = run<ADDS>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        case ADDS_TRASH: c[i] = run<ADDS_TRASH>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        default: c[i] = run<ADDS_SPREAD>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
       }
-      if (f == EMPTY) base[i] = c[i];
+      measured[f][i] = c[i];
     }
+    const long long *base = measured[BASE[f]];
     std::printf("| %s | %lld | %lld | %lld | %lld |\n", NAMES[f], c[0], c[0] - base[0], c[1], c[1] - base[1]);
   }
-  std::printf("cycles: CTA 0's clock64 over %d steps; every thread's checksum of the answers checked\n", REPS);
+  std::printf("cycles: a CTA's clock64 over %d steps, the median CTA of a launch, the median of %d launches; CTA "
+              "0's checksums checked\n", REPS, TRIALS - 1);
   return 0;
 }
