@@ -39,9 +39,13 @@
 //                  60% of the keys into bin 0, where the window puts every key 511 or more
 //                  steps below the row's largest (most keys of a row of 8,192: 16 warps
 //                  adding into one word)
-//   adds-trash     the same, but a key of bin 0 into its lane's own word instead (bin 0's
+//   adds-lane      the same, but a key of bin 0 into its lane's own word instead (bin 0's
 //                  count is never needed: where the window's bins 1 .. 511 hold fewer than
-//                  k keys the register build takes its two passes either way)
+//                  k keys the register build takes its two passes either way); lane l of
+//                  every warp still meets at word l
+//   adds-warp      the same into its warp's own word (docs/wip/window-bin0.patch; and the
+//                  staged builds' uncounted keys, docs/wip/warp-trash.patch): a warp's
+//                  lanes merge into one add, and no other warp adds there
 //   adds-spread    the same keys' adds spread evenly over the 512 bins (no bin crowded)
 #include <algorithm>
 #include <cstdio>
@@ -58,12 +62,13 @@ constexpr unsigned FULL = 0xffffffffu;
 constexpr int TRIALS = 6;                   // the first warms up; the median of the others
 constexpr int RESIDENT_SMEM = 100 * 1024;  // with the static words: two CTAs an SM, not three
 
-enum Form { EMPTY, SELECT, SELECT_WALK, SELECT_VOTE, EVERY_WARP, SCAN, SCAN_REDUX, ADDS_NONE, ADDS, ADDS_TRASH,
-            ADDS_SPREAD, FORMS };
+enum Form { EMPTY, SELECT, SELECT_WALK, SELECT_VOTE, EVERY_WARP, SCAN, SCAN_REDUX, ADDS_NONE, ADDS, ADDS_LANE,
+            ADDS_WARP, ADDS_SPREAD, FORMS };
 const char *const NAMES[FORMS] = {"empty", "select", "select-walk", "select-vote", "every-warp", "scan",
-                                  "scan-redux", "adds-none", "adds", "adds-trash", "adds-spread"};
+                                  "scan-redux", "adds-none", "adds", "adds-lane", "adds-warp", "adds-spread"};
 // What each form's cycles are read against: the step without the measured work.
-const Form BASE[FORMS] = {EMPTY, EMPTY, EMPTY, EMPTY, EMPTY, EMPTY, EMPTY, ADDS_NONE, ADDS_NONE, ADDS_NONE, ADDS_NONE};
+const Form BASE[FORMS] = {EMPTY,     EMPTY,     EMPTY,     EMPTY,     EMPTY,     EMPTY,
+                          EMPTY,     ADDS_NONE, ADDS_NONE, ADDS_NONE, ADDS_NONE, ADDS_NONE};
 constexpr unsigned FAR_PERCENT = 60;  // keys 511 or more steps below M: bin 0 of the window
 
 struct Answer {
@@ -219,13 +224,16 @@ __global__ void __launch_bounds__(THREADS, 2) probe(const unsigned *hists_g, con
     } else if (F == SCAN || F == SCAN_REDUX) {
       const unsigned value = hist[tid] & 31;  // a thread's count, as popc(gt) + (ties << 16)
       sum += exclusive_scan<F>(value, lane, warp, totals[rep & 1]) + q;
-    } else if (F == ADDS_NONE || F == ADDS || F == ADDS_TRASH || F == ADDS_SPREAD) {
+    } else if (F == ADDS_NONE || F == ADDS || F == ADDS_LANE || F == ADDS_WARP || F == ADDS_SPREAD) {
       window[tid] = 0;
       if (tid < 32) trash[tid] = 0;
       __syncthreads();
       if (F != ADDS_NONE) {
 #pragma unroll
-        for (int e = 0; e < 16; ++e) shared_add(F == ADDS_TRASH && bins[e] == 0 ? &trash[lane] : &window[bins[e]]);
+        for (int e = 0; e < 16; ++e) {
+          unsigned *far = F == ADDS_LANE ? &trash[lane] : F == ADDS_WARP ? &trash[warp] : &window[0];
+          shared_add(bins[e] == 0 ? far : &window[bins[e]]);
+        }
       }
       __syncthreads();
       sum += window[tid] * (tid + 1) + q;
@@ -250,10 +258,10 @@ static void check(cudaError_t err, const char *what) {
 static std::vector<unsigned> expected_sums(const std::vector<unsigned> &hists, const std::vector<unsigned> &qs,
                                            Form form) {
   std::vector<unsigned> sums(THREADS, 0), counts(BINS, 0);  // counts: the keys in each bin
-  if (form == ADDS || form == ADDS_TRASH || form == ADDS_SPREAD)
+  if (form == ADDS || form == ADDS_LANE || form == ADDS_WARP || form == ADDS_SPREAD)
     for (unsigned u = 0; u < THREADS; ++u)
       for (unsigned e = 0; e < 16; ++e) counts[key_bin(u, e, form == ADDS_SPREAD)] += 1;
-  if (form == ADDS_TRASH) counts[0] = 0;  // bin 0's keys went to the trash words
+  if (form == ADDS_LANE || form == ADDS_WARP) counts[0] = 0;  // bin 0's keys went to the trash words
   for (unsigned rep = 0; rep < REPS; ++rep) {
     const unsigned *hist = &hists[(rep % HISTS) * BINS];
     const unsigned q = qs[rep];
@@ -275,7 +283,7 @@ static std::vector<unsigned> expected_sums(const std::vector<unsigned> &hists, c
         unsigned before = 0;
         for (unsigned u = 0; u < t; ++u) before += hist[u] & 31;
         sums[t] += before + q;
-      } else if (form == ADDS_NONE || form == ADDS || form == ADDS_TRASH || form == ADDS_SPREAD) {
+      } else if (form == ADDS_NONE || form == ADDS || form == ADDS_LANE || form == ADDS_WARP || form == ADDS_SPREAD) {
         sums[t] += counts[t] * (t + 1) + q;
       } else {
         sums[t] += q + hist[t];
@@ -356,7 +364,8 @@ int main() {
         case SCAN_REDUX: c[i] = run<SCAN_REDUX>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
         case ADDS_NONE: c[i] = run<ADDS_NONE>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
         case ADDS: c[i] = run<ADDS>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        case ADDS_TRASH: c[i] = run<ADDS_TRASH>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        case ADDS_LANE: c[i] = run<ADDS_LANE>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
+        case ADDS_WARP: c[i] = run<ADDS_WARP>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
         default: c[i] = run<ADDS_SPREAD>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
       }
       measured[f][i] = c[i];

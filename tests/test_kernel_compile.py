@@ -32,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 ARCHS = ("sm_90a", "sm_100a")
 SMEM_OPTIN_LIMIT = 232448  # bytes a block may opt in to on sm_90a and sm_100a (227 KB)
+SMEM_PER_SM = 233472  # an SM's shared memory on sm_90a and sm_100a (228 KB), 1 KB of it reserved a CTA
 JOBS = int(os.environ.get("DTK_COMPILE_JOBS", min(4, os.cpu_count() or 1)))
 OUT_DIR = Path(__file__).resolve().parent.parent / "build"
 TRACED = policy.Variant(2048, policy.Build.of(8, 8), False, True)  # the one variant also compiled with the trace on
@@ -90,3 +91,17 @@ def test_launch_shape(table):
         assert r["smem"] is not None, f"{r['name']}: dynamic smem is not a compile-time constant"
         assert 0 <= r["smem"] <= SMEM_OPTIN_LIMIT, f"{r['name']}@{r['arch']}: smem {r['smem']} B"
         assert r["regs"] * r["block"][0] <= 65536, f"{r['name']}@{r['arch']}: {r['regs']} registers"
+
+
+def test_register_build_fits_two_ctas_an_sm(table):
+    """SPEC.md 2.1, 2.13: two CTAs of the register build share an SM, which is why the policy
+    gives it every token batch of at most 8,192 logits a row at any row count (2.1: at
+    133-264 rows one wave instead of 1x512x8's two). Registers are allocated 8 a thread at
+    a time, so each variant may use at most 64; its shared memory is a few KB."""
+    for r in table:
+        k, cluster, vectors, block_mode, trace = r["variant"]
+        if r.get("error") or policy.Build.of(cluster, vectors) != policy.REGISTER:
+            continue
+        allocated = -(-r["regs"] // 8) * 8
+        assert 2 * allocated * r["block"][0] <= 65536, f"{r['name']}@{r['arch']}: {r['regs']} registers a thread"
+        assert 2 * (r["smem"] + 1024) <= SMEM_PER_SM, f"{r['name']}@{r['arch']}: smem {r['smem']} B"
