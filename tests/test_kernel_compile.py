@@ -8,8 +8,8 @@ memory from the host IR, prints the table (pytest -s) and writes it to
 build/kernel_resources.{md,json}.
 
 Fails on: a compile error, any spill or stack frame (local memory), a cubin for the wrong
-architecture, shared memory over the opt-in limit, or a launch whose block size is not
-the build's threads.
+architecture, shared memory over the opt-in limit, a launch whose block size is not the
+build's threads, or a register build that no longer fits two CTAs an SM.
 
 Time: about 5-15 s a token-mode variant and 5-10 s a block-mode one per core; the whole
 module takes a few minutes on 2 cores. DTK_COMPILE_JOBS sets the worker count (default:
