@@ -349,25 +349,18 @@ int main() {
   check(cudaMemcpy(qs_d, qs.data(), qs.size() * sizeof(unsigned), cudaMemcpyHostToDevice), "copy");
   std::printf("| form | cycles a step, 1 CTA | less its base | cycles a step, %d CTAs | less its base |\n", 2 * sms);
   std::printf("|---|---|---|---|---|\n");
+  // run<F> for each form, indexed by Form.
+  using Run = long long (*)(const unsigned *, const unsigned *, long long *, unsigned *, int,
+                            const std::vector<unsigned> &, const std::vector<unsigned> &);
+  const Run RUN[FORMS] = {run<EMPTY>,      run<SELECT>,    run<SELECT_WALK>, run<SELECT_VOTE>,
+                          run<EVERY_WARP>, run<SCAN>,      run<SCAN_REDUX>,  run<ADDS_NONE>,
+                          run<ADDS>,       run<ADDS_LANE>, run<ADDS_WARP>,   run<ADDS_SPREAD>};
   long long measured[FORMS][2] = {};
   for (int f = 0; f < FORMS; ++f) {
     long long c[2];
     for (int i = 0; i < 2; ++i) {
       const int ctas = i == 0 ? 1 : 2 * sms;
-      switch (f) {
-        case EMPTY: c[i] = run<EMPTY>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        case SELECT: c[i] = run<SELECT>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        case SELECT_WALK: c[i] = run<SELECT_WALK>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        case SELECT_VOTE: c[i] = run<SELECT_VOTE>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        case EVERY_WARP: c[i] = run<EVERY_WARP>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        case SCAN: c[i] = run<SCAN>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        case SCAN_REDUX: c[i] = run<SCAN_REDUX>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        case ADDS_NONE: c[i] = run<ADDS_NONE>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        case ADDS: c[i] = run<ADDS>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        case ADDS_LANE: c[i] = run<ADDS_LANE>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        case ADDS_WARP: c[i] = run<ADDS_WARP>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-        default: c[i] = run<ADDS_SPREAD>(hists_d, qs_d, cycles, sums, ctas, hists, qs); break;
-      }
+      c[i] = RUN[f](hists_d, qs_d, cycles, sums, ctas, hists, qs);
       measured[f][i] = c[i];
     }
     const long long *base = measured[BASE[f]];
