@@ -32,7 +32,9 @@ pytestmark = pytest.mark.slow
 
 ARCHS = ("sm_90a", "sm_100a")
 SMEM_OPTIN_LIMIT = 232448  # bytes a block may opt in to on sm_90a and sm_100a (227 KB)
-SMEM_PER_SM = 233472  # an SM's shared memory on sm_90a and sm_100a (228 KB), 1 KB of it reserved a CTA
+SMEM_PER_SM = 233472  # an SM's shared memory on sm_90a and sm_100a (228 KB)
+SMEM_RESERVED_PER_CTA = 1024  # of it, kept by the hardware for each resident CTA
+REGISTERS_PER_SM = 65536  # 32-bit registers an SM has on sm_90a and sm_100a
 JOBS = int(os.environ.get("DTK_COMPILE_JOBS", min(4, os.cpu_count() or 1)))
 OUT_DIR = Path(__file__).resolve().parent.parent / "build"
 TRACED = policy.Variant(2048, policy.Build.of(8, 8), False, True)  # the one variant also compiled with the trace on
@@ -90,7 +92,7 @@ def test_launch_shape(table):
         assert r["block"][0] == policy.threads_for(cluster, vectors), r["name"]
         assert r["smem"] is not None, f"{r['name']}: dynamic smem is not a compile-time constant"
         assert 0 <= r["smem"] <= SMEM_OPTIN_LIMIT, f"{r['name']}@{r['arch']}: smem {r['smem']} B"
-        assert r["regs"] * r["block"][0] <= 65536, f"{r['name']}@{r['arch']}: {r['regs']} registers"
+        assert r["regs"] * r["block"][0] <= REGISTERS_PER_SM, f"{r['name']}@{r['arch']}: {r['regs']} registers"
 
 
 def test_register_build_fits_two_ctas_an_sm(table):
@@ -103,5 +105,5 @@ def test_register_build_fits_two_ctas_an_sm(table):
         if r.get("error") or policy.Build.of(cluster, vectors) != policy.REGISTER:
             continue
         allocated = -(-r["regs"] // 8) * 8
-        assert 2 * allocated * r["block"][0] <= 65536, f"{r['name']}@{r['arch']}: {r['regs']} registers a thread"
-        assert 2 * (r["smem"] + 1024) <= SMEM_PER_SM, f"{r['name']}@{r['arch']}: smem {r['smem']} B"
+        assert 2 * allocated * r["block"][0] <= REGISTERS_PER_SM, f"{r['name']}@{r['arch']}: {r['regs']} registers"
+        assert 2 * (r["smem"] + SMEM_RESERVED_PER_CTA) <= SMEM_PER_SM, f"{r['name']}@{r['arch']}: smem {r['smem']} B"
