@@ -64,6 +64,8 @@ constexpr int RESIDENT_SMEM = 100 * 1024;  // with the static words: two CTAs an
 
 enum Form { EMPTY, SELECT, SELECT_WALK, SELECT_VOTE, EVERY_WARP, SCAN, SCAN_REDUX, ADDS_NONE, ADDS, ADDS_LANE,
             ADDS_WARP, ADDS_SPREAD, FORMS };
+// The window's adds forms, ADDS_NONE .. ADDS_SPREAD, are the last in Form.
+__host__ __device__ constexpr bool window_adds(Form f) { return f >= ADDS_NONE && f < FORMS; }
 const char *const NAMES[FORMS] = {"empty", "select", "select-walk", "select-vote", "every-warp", "scan",
                                   "scan-redux", "adds-none", "adds", "adds-lane", "adds-warp", "adds-spread"};
 // What each form's cycles are read against: the step without the measured work.
@@ -224,7 +226,7 @@ __global__ void __launch_bounds__(THREADS, 2) probe(const unsigned *hists_g, con
     } else if (F == SCAN || F == SCAN_REDUX) {
       const unsigned value = hist[tid] & 31;  // a thread's count, as popc(gt) + (ties << 16)
       sum += exclusive_scan<F>(value, lane, warp, totals[rep & 1]) + q;
-    } else if (F == ADDS_NONE || F == ADDS || F == ADDS_LANE || F == ADDS_WARP || F == ADDS_SPREAD) {
+    } else if (window_adds(F)) {
       window[tid] = 0;
       if (tid < 32) trash[tid] = 0;
       __syncthreads();
@@ -258,7 +260,7 @@ static void check(cudaError_t err, const char *what) {
 static std::vector<unsigned> expected_sums(const std::vector<unsigned> &hists, const std::vector<unsigned> &qs,
                                            Form form) {
   std::vector<unsigned> sums(THREADS, 0), counts(BINS, 0);  // counts: the keys in each bin
-  if (form == ADDS || form == ADDS_LANE || form == ADDS_WARP || form == ADDS_SPREAD)
+  if (window_adds(form) && form != ADDS_NONE)
     for (unsigned u = 0; u < THREADS; ++u)
       for (unsigned e = 0; e < 16; ++e) counts[key_bin(u, e, form == ADDS_SPREAD)] += 1;
   if (form == ADDS_LANE || form == ADDS_WARP) counts[0] = 0;  // bin 0's keys went to the trash words
@@ -283,7 +285,7 @@ static std::vector<unsigned> expected_sums(const std::vector<unsigned> &hists, c
         unsigned before = 0;
         for (unsigned u = 0; u < t; ++u) before += hist[u] & 31;
         sums[t] += before + q;
-      } else if (form == ADDS_NONE || form == ADDS || form == ADDS_LANE || form == ADDS_WARP || form == ADDS_SPREAD) {
+      } else if (window_adds(form)) {
         sums[t] += counts[t] * (t + 1) + q;
       } else {
         sums[t] += q + hist[t];
