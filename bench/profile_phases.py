@@ -206,6 +206,19 @@ CONFIGS["s29"] = [(64, 8192, 512, False, (1, 2), {}), (128, 8192, 2048, False, (
 # two CTAs an SM.
 CONFIGS["s30"] = CONFIGS["s29"] + [(256, 8192, 512, False, (1, 2), {}), (256, 8192, 2048, False, (1, 2), {})]
 
+# Session 33: the sampled rows of the 16-CTA build staged by copies (SPEC.md 2.2: at least
+# SAMPLED_ASYNC_MIN_LENGTH logits, at most SAMPLED_ASYNC_ROWS rows), each as built (two
+# copies a thread before B0's arrive), then with none and with all 16 before it
+# (`copies_before_b0`), and a row of 4 that stages as before; the `cutoff` stamp falls
+# before `staged` where the chain overlaps the copies. With `--base` (a kernel without the
+# form) the overrides are unused.
+S33_POINTS = [(1, 1048576, 512, "rho0.9"), (1, 1048576, 2048, "rho0.9"), (2, 1048576, 512, "rho0.9"),
+              (1, 917504, 512, "rho0.9"), (1, 1048576, 512, "gaussian"), (4, 1048576, 512, "rho0.9")]
+CONFIGS["s33"] = [
+    (rows, width, k, False, (16, 16), dict(over, **({} if data == "rho0.9" else {"data": data})))
+    for rows, width, k, data in S33_POINTS
+    for over in ({}, {"copies_before_b0": 0}, {"copies_before_b0": 16})]
+
 # Session 17: the sampled rows of the grid's losing points and of each sampled build, the
 # cutoff's window from the largest sample against the two radix passes (the `cutoff` stamp),
 # and two direct rows (staging's one more warp store).

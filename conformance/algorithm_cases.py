@@ -347,6 +347,9 @@ WIDE_SPECS = (
     (524288 - 7, 700, 324),  # 1024
     (524288, 7500, 1500),  # G + E past 8192
 )
+# Two rows 1,048,576 wide that 16x512x16 stages by copies (SPEC.md 2.2): crowded survivors,
+# and underflow at every k past a partial last vector.
+COPIES_SPECS = ((1048576, 12000, 300), (1048576 - 7, 200, 311))
 # The staged attempt's one pass (SPEC.md 2.5): (length, far, at_255, at_254, near, n_eq)
 # (make_narrow_overflow). K NARROW_SPAN - 1 and NARROW_SPAN steps above the cutoff at each
 # k (the k - 1 largest FAR), K far at every k, and K near with most values far.

@@ -16,7 +16,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from decode_topk.kernel.policy import BUILDS, LOGITS_PER_VECTOR, REG_FINE_SHIFT, REGISTER, WRITE_QUEUE_VECTORS
+from decode_topk.kernel.policy import (
+    BUILDS,
+    LOGITS_PER_VECTOR,
+    REG_FINE_SHIFT,
+    REGISTER,
+    SAMPLED_ASYNC_MIN_LENGTH,
+    WRITE_QUEUE_VECTORS,
+)
 from decode_topk.reference.bits import (
     NEG_INF_BITS,
     POS_INF_BITS,
@@ -495,6 +502,18 @@ CASES = (
          "a streamed queue at STREAM_QUEUE and one past it, overflow over the row only, ties at K = cutoff in "
          "both chunks and underflow in rows 1,048,576 wide (1x512x4, 2x512x4, 16x512x16)", modes=(False,),
          intent=algo.vector_intent(algo.STREAM_WIDE_SPECS)),
+    # 16x512x16's sampled rows staged by copies (SPEC.md 2.2, Copies: rows of at least
+    # SAMPLED_ASYNC_MIN_LENGTH logits in launches of at most SAMPLED_ASYNC_ROWS = 2 rows; the
+    # wider cases above have more rows a launch, so they stage as every other build does).
+    Case("copies-1048576", "full", 217,
+         partial(make_lengths, lengths=(SAMPLED_ASYNC_MIN_LENGTH - 1, SAMPLED_ASYNC_MIN_LENGTH), width=1048576),
+         "two rows either side of the least length that 16x512x16 stages by copies"),
+    Case("copies-partial-1048576", "full", 218, partial(make_lengths, lengths=(1048575, 1048569), width=1048576),
+         "two rows staged by copies whose last vector is partial (7 and 1 valid logits)"),
+    Case("copies-fallbacks-1048576", "full", 219,
+         partial(algo.make_controlled, width=1048576, specs=algo.COPIES_SPECS),
+         "two rows staged by copies: crowded survivors, and underflow at every k (16x512x16)", modes=(False,),
+         intent=algo.controlled_intent(algo.COPIES_SPECS)),
 )
 
 

@@ -39,6 +39,8 @@ CASES = (
     ("one-cta-direct", "1x512x8's direct path over 1-7 vectors a thread"),
     # 16x512x16 samples only past 131,072 logits (SPEC 2.3), wider than the cases above
     ("sampled-fallbacks-524288", "16x512x16's (and 8x512x16's) sampled path, crowded survivors and underflow"),
+    ("copies-fallbacks-1048576", "16x512x16's rows staged by copies (2 rows a launch): crowded, and underflow "
+                                 "past a partial last vector"),
     # 1x512x4 and 2x512x4 (SPEC 2.12): their stages in both modes, their streamed queues and
     # both fallbacks
     ("stage-16384", "1x512x4's staged rows (both modes): short and direct in its four slots"),

@@ -42,8 +42,10 @@ decides which equal key is kept or where an index goes. Two values of lo:
 Sampled (token rows longer than D = direct_max_length(C): 32,768 logits at 1 and 2 CTAs,
 65,536 at 4 and 8, 131,072 at 16)::
 
-    the row's 2048 samples, each CTA's from its own stage, exchanged after the first
-    cluster barrier (the streamed builds: read from global memory by every CTA)
+    the row's 2048 samples, each CTA's from its own stage (at 16 CTAs: read from
+    global memory while its chunk is copied into its stage asynchronously, the cutoff
+    selected while the chunk lands), exchanged after the first cluster barrier (the
+    streamed builds: all 2048 read from global memory by every CTA)
         ──► the same cutoff in every CTA (the q-th largest sample, q aiming at
             k + 2560 keys at or above it, at most Q_DEVIATIONS deviations above the
             samples expected above the k-th largest key, and at least Q_MIN[k])
@@ -65,12 +67,12 @@ the 2048 samples counts into one histogram.
 Synchronization. The first cluster barrier is split: a thread arrives once it has zeroed
 its share of the counters (in token mode: once its warp has stored its largest key, which
 the peers read, and on a staged build's sampled row once it has stored its own samples,
-which the peers gather) and waits after staging, before any DSMEM access, so no CTA
-reduces into a peer that has not zeroed. Each
-histogram exchange ends with a cluster barrier before any total is read. There is no
-closing barrier: after its last barrier no CTA touches a peer's shared memory. The kernel
-waits on its predecessor grid before reading inputs and lets its dependents launch once
-its chunk is in shared memory (programmatic dependent launch).
+which the peers gather) and waits after staging (a sampled row staged asynchronously:
+right after its copies are issued), before any DSMEM access, so no CTA reduces into a peer
+that has not zeroed. Each histogram exchange ends with a cluster barrier before any total
+is read. There is no closing barrier: after its last barrier no CTA touches a peer's
+shared memory. The kernel waits on its predecessor grid before reading inputs and lets
+its dependents launch once its chunk is in shared memory (programmatic dependent launch).
 
 Token rows of at most 8,192 logits, at any row count, take
 the register build instead (DecodeTopKRegister, SPEC.md 2.13): one CTA of 512 threads a
@@ -114,6 +116,10 @@ from .policy import (
     REG_FINE_SHIFT,
     REGISTER,
     Q_MIN,
+    SAMPLED_ASYNC_CLUSTER,
+    SAMPLED_ASYNC_MIN_LENGTH,
+    SAMPLED_ASYNC_ROWS,
+    SAMPLED_FIRST_SLOTS,
     SAMPLED_WRITE_QUEUE_CLUSTER,
     SAMPLE_BANK_LOGITS,
     SAMPLES,
@@ -319,6 +325,27 @@ def prefetch_l2(address: Int64, bytes_: Int32, predicate: Int32, *, loc=None, ip
 
 
 @dsl_user_op
+def copy_async_u32x4(shared: Int32, address: Int64, bytes_: Int32, *, loc=None, ip=None):
+    """If bytes_ > 0: the 16 bytes at a 16-byte aligned shared address of this CTA become
+    the first `bytes_` (1 to 16) bytes at a 16-byte aligned global address, zeros past them,
+    copied without registers (cp.async.cg, through L2); nothing past `bytes_` is read. Then
+    the thread's copies so far close a group (commit_group, also where bytes_ is 0). The
+    copy is visible to the thread after a copy_async_wait that covers its group, to the
+    CTA after a barrier that follows that wait."""
+    _asm(None, [Int32(shared), Int64(address), Int32(bytes_)],
+         "{\n.reg .pred p;\nsetp.gt.s32 p, $2, 0;\n@p cp.async.cg.shared.global [$0], [$1], 16, $2;\n"
+         "cp.async.commit_group;\n}",
+         "r,l,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def copy_async_wait(pending: int, *, loc=None, ip=None):
+    """Wait until at most `pending` (a constant) of this thread's latest copy groups have not
+    landed: every older group has."""
+    _asm(None, [], f"cp.async.wait_group {int(pending)};", "~{memory}", loc, ip)
+
+
+@dsl_user_op
 def peer_address(address: Int32, rank: Int32, *, loc=None, ip=None) -> Int32:
     """The cluster address of this CTA's shared address in CTA rank."""
     return Int32(_asm(T.i32(), [Int32(address), Int32(rank)], "mapa.shared::cluster.u32 $0, $1, $2;",
@@ -347,11 +374,15 @@ def cluster_red(address: Int32, value: Int32, predicate: Int32, *, loc=None, ip=
 
 
 @dsl_user_op
-def load_u16(address: Int64, predicate: Int32, *, loc=None, ip=None) -> Int32:
-    """A 16-bit global half word (read-only path), zero-extended, if predicate != 0, else 0."""
+def load_u16(address: Int64, predicate: Int32, ordered: bool = False, *, loc=None, ip=None) -> Int32:
+    """A 16-bit global half word, zero-extended, if predicate != 0, else 0: through the
+    read-only path (`ld.global.nc`), or if ordered a plain `ld.global`, which ptxas keeps on
+    its side of a warp barrier (it moved an `ld.global.nc`, memory it takes as constant,
+    past one)."""
+    load = "ld.global.u16" if ordered else "ld.global.nc.u16"
     return Int32(_asm(T.i32(), [Int64(address), Int32(predicate)],
                       "{\n.reg .pred p;\n.reg .b16 t;\nmov.b16 t, 0;\nsetp.ne.s32 p, $2, 0;\n"
-                      "@p ld.global.nc.u16 t, [$1];\ncvt.u32.u16 $0, t;\n}", "=r,l,r,~{memory}", loc, ip))
+                      f"@p {load} t, [$1];\ncvt.u32.u16 $0, t;\n}}", "=r,l,r,~{memory}", loc, ip))
 
 
 @dsl_user_op
@@ -620,6 +651,15 @@ class DecodeTopK:
         # A sampled row's samples (2.4): a staged build reads them from its stages, a
         # streamed build (whose sampled rows stage nothing) from global memory.
         self.samples_staged = not self.streams and not self.block_mode
+        # On clusters of SAMPLED_ASYNC_CLUSTER CTAs a staged sampled row of at least
+        # SAMPLED_ASYNC_MIN_LENGTH logits in a launch of at most SAMPLED_ASYNC_ROWS rows
+        # instead reads its own S_c samples from global memory while its chunk is copied
+        # asynchronously, and selects its cutoff while the chunk lands (sampled_stage;
+        # 2.2); copies_before_b0:
+        # the slots a thread copies before B0's arrive, whose release may wait for copies in
+        # flight (at one CTA, no arrive: all).
+        self.sampled_async = self.samples_staged and cluster >= SAMPLED_ASYNC_CLUSTER
+        self.copies_before_b0 = min(SAMPLED_FIRST_SLOTS, vector_count) if cluster > 1 else vector_count
         self.direct_max = direct_max_length(cluster, vector_count)  # longer token rows: sampled (2.3, 2.12)
         self.q_min = Q_MIN[k]  # the least sample rank (2.4)
         # The slots a direct row can fill (d of 2.3; every slot in block mode, where every
@@ -755,11 +795,28 @@ class DecodeTopK:
 
         # A streamed row's 2048 samples, read by every CTA from global memory (2.4): their
         # loads are in flight with staging's, their stores follow them. (A staged row's
-        # come from the stages: own_samples, gather_samples.)
+        # come from the stages, own_samples and gather_samples, or with sampled_stage.)
         samples = []
         if const_expr(self.streams):
             samples = self.load_samples(tid, row_logits, nv, length, sampled)
-        tops = self.stage(sm, tid, row_logits, start, count, length, nv)
+        q = Int32(0)
+        cutoff = Int32(0)
+        own = sampled  # a sampled row whose samples come from its own stage (own_samples)
+        copies = Int32(0)
+        if const_expr(self.sampled_async):
+            # 2.2, Copies: a nearly full chunk's sampled row in a launch of few rows stages
+            # asynchronously and selects its cutoff meanwhile (sampled_stage).
+            copies = _pick((sampled == 1) & (length >= SAMPLED_ASYNC_MIN_LENGTH)
+                           & (logits.shape[0] <= SAMPLED_ASYNC_ROWS), 1, 0)
+            own = sampled - copies
+            tops = [Int32(-1)] * self.vectors  # defined on both branches of the dynamic if
+            if copies == 1:
+                tops, q, cutoff = self.sampled_stage(sm, tid, lane, rank, row_logits, start, count, length, nv,
+                                                     trace_row)
+            else:
+                tops = self.stage(sm, tid, row_logits, start, count, length, nv)
+        else:
+            tops = self.stage(sm, tid, row_logits, start, count, length, nv)
         if const_expr(self.streams):
             self.store_samples(sm, tid, lane, samples, sampled)
         if const_expr(self.narrow_top):
@@ -779,7 +836,7 @@ class DecodeTopK:
         cute.arch.sync_threads()
         self.stamp(trace_row, rank, tid, "staged")
         if const_expr(self.samples_staged):
-            if sampled == 1:
+            if own == 1:
                 # A staged row's samples (2.4): this CTA's from its own stage, now staged;
                 # then B0's arrive, after which the peers gather them (gather_samples).
                 self.own_samples(sm, tid, rank, nv, length)
@@ -790,8 +847,13 @@ class DecodeTopK:
         # leave the trigger to their CTAs' exit.
         if const_expr(not self.streams):
             cute.arch.griddepcontrol_launch_dependents()
-        if const_expr(self.cluster > 1):
-            cute.arch.cluster_wait()  # every CTA has zeroed its counters (a direct row: and staged)
+        # B0's wait: every CTA has zeroed its counters (a direct row: and staged). An
+        # asynchronously staged sampled row passed it in sampled_stage.
+        if const_expr(self.cluster > 1 and self.sampled_async):
+            if copies == 0:
+                cute.arch.cluster_wait()
+        elif const_expr(self.cluster > 1):
+            cute.arch.cluster_wait()
         self.stamp(trace_row, rank, tid, "started")
 
         # The trace (trace builds): CTA 0's thread 0 writes the short row's fields now and
@@ -803,20 +865,19 @@ class DecodeTopK:
         else:
             direct = Int32(1)
             if sampled == 1:
-                # 2.4: the aim, at most Q_DEVIATIONS deviations above m, at least Q_MIN[k]
-                aim = (SAMPLES * (k + SURVIVOR_AIM) + length - 1) // length
-                m = (SAMPLES * k + length - 1) // length
-                q = cutlass.min(aim, m + ceil_sqrt(Q_DEVIATIONS * Q_DEVIATIONS * m))
-                q = cutlass.min(Int32(SAMPLES), cutlass.max(Int32(self.q_min), q))
-                if const_expr(self.samples_staged):
-                    if const_expr(self.cluster == 1):
-                        cute.arch.sync_threads()  # own_samples' stores
-                    self.gather_samples(sm, tid, lane, rank)
-                    cute.arch.sync_threads()
-                cutoff = self.sample_cutoff(sm, tid, lane, q)
+                if const_expr(self.streams):
+                    q = self.sample_rank(length)
+                    cutoff = self.sample_cutoff(sm, tid, lane, q)
+                elif const_expr(self.sampled_async):
+                    if own == 1:  # else sampled_stage selected it
+                        q, cutoff = self.staged_cutoff(sm, tid, lane, rank, length)
+                        self.stamp(trace_row, rank, tid, "cutoff")
+                else:
+                    q, cutoff = self.staged_cutoff(sm, tid, lane, rank, length)
                 self.record(trace_row, rank, tid, "q", q)
                 self.record(trace_row, rank, tid, "cutoff", cutoff)
-                self.stamp(trace_row, rank, tid, "cutoff")
+                if const_expr(not self.sampled_async):
+                    self.stamp(trace_row, rank, tid, "cutoff")
                 if const_expr(self.streams):
                     reason, kth, above = self.stream_attempt(sm, tid, lane, rank, tops, row_logits, cutoff, length,
                                                              nv, start, chunk, out_row, trace_row)
@@ -1040,6 +1101,25 @@ class DecodeTopK:
             loaded.append((r, load_u16(row_logits + Int64(first * 8 + offset) * 2, sampled)))
         return [(r, order_key(bits)) for r, bits in loaded]
 
+    def sample_rank(self, length):
+        """q, the sampled cutoff's rank among the 2048 samples (2.4): the aim, at most
+        Q_DEVIATIONS deviations above m, at least Q_MIN[k]."""
+        k = self.k
+        aim = (SAMPLES * (k + SURVIVOR_AIM) + length - 1) // length
+        m = (SAMPLES * k + length - 1) // length
+        q = cutlass.min(aim, m + ceil_sqrt(Q_DEVIATIONS * Q_DEVIATIONS * m))
+        return cutlass.min(Int32(SAMPLES), cutlass.max(Int32(self.q_min), q))
+
+    def staged_cutoff(self, sm, tid, lane, rank, length):
+        """A staged build's sampled row, after B0 (at one CTA: once this CTA's samples are
+        stored): (q, cutoff), every CTA's samples gathered (2.4)."""
+        q = self.sample_rank(length)
+        if const_expr(self.cluster == 1):
+            cute.arch.sync_threads()  # own_samples' (or sampled_stage's) stores
+        self.gather_samples(sm, tid, lane, rank)
+        cute.arch.sync_threads()
+        return q, self.sample_cutoff(sm, tid, lane, q)
+
     @cute.jit
     def own_samples(self, sm, tid, rank, nv, length):
         """A staged row's samples of this CTA's chunk (2.4), read from its own stage and
@@ -1052,6 +1132,79 @@ class DecodeTopK:
                 unused_first, offset = self.sample_offset(rank, j, nv, length)
                 shared_store_u16(sm["samples"] + (rank * per + j) * 2,
                                  order_key(shared_load_u16(sm["stage"] + offset * 2)), Int32(1))
+
+    def load_own_samples(self, tid, rank, row_logits, nv, length):
+        """Issue this thread's loads of this CTA's samples (2.4: sample j of chunk c at its
+        place in the chunk), the logits the stage will hold, read from global memory so
+        that they need not wait for it. Returns [(j, bits)] for store_own_samples."""
+        per = self.samples_per_cta
+        loaded = []
+        for r in range((per + self.threads - 1) // self.threads):
+            j = r * self.threads + tid
+            first, offset = self.sample_offset(rank, j, nv, length)
+            loaded.append((j, load_u16(row_logits + Int64(first * 8 + offset) * 2, _pick(j < per, 1, 0), True)))
+        return loaded
+
+    def store_own_samples(self, sm, rank, loaded):
+        """This CTA's samples as keys at their places c S + j of "samples", where the peers
+        gather them after B0 (gather_samples)."""
+        per = self.samples_per_cta
+        for j, bits in loaded:
+            shared_store_u16(sm["samples"] + (rank * per + j) * 2, order_key(bits), _pick(j < per, 1, 0))
+
+    @cute.jit
+    def sampled_stage(self, sm, tid, lane, rank, row_logits, start, count, length, nv, trace_row):
+        """A staged sampled row on SAMPLED_ASYNC_CLUSTER CTAs, long, in a launch of few rows
+        (2.2, 2.4, 2.10): (tops, q, cutoff). This CTA's samples' loads and its first SAMPLED_FIRST_SLOTS slots'
+        asynchronous copies into the stage; the samples stored, B0's arrive, the other
+        slots' copies (no registers held: the thread goes on); B0's wait, the gather and
+        the cutoff while the chunk lands (the profile's `cutoff` stamp, before `staged`);
+        then each slot's top from the stage once its own copy has landed (the thread reads
+        only its own copies, so no barrier: the caller's next one shows the stage to the
+        CTA). Why: the cutoff's chain (B0, the gather, the window, the selection: ~3.7k
+        cycles at 16 CTAs) no longer follows the row's staging (~7k) but runs beside it
+        (where the chain is shorter, the chunk less full or the GPU busier the copies cost
+        more than the overlap gives: policy's SAMPLED_ASYNC_*). Why the arrive before most copies: its release is a
+        `MEMBAR.ALL.GPU` (SASS), which may wait for the thread's copies in flight; the
+        first slots' are in flight no longer than the samples (at one CTA, no arrive: every
+        copy first)."""
+        loaded = self.load_own_samples(tid, rank, row_logits, nv, length)
+        # The samples' loads issue before any copy, not behind up to 128 KB of them in the
+        # SM's queue: plain loads (load_u16's `ordered`) and a warp barrier (a NOP in SASS)
+        # that ptxas moves neither they nor a copy (a shared write) across. With either
+        # alone ptxas issued them after all 16 copies a thread (session 32, 1x512x16's SASS).
+        cute.arch.sync_warp()
+        first = self.copies_before_b0
+        for s in cutlass.range_constexpr(first):
+            self.copy_slot(sm, tid, row_logits, s, start, count, length, nv)
+        self.store_own_samples(sm, rank, loaded)
+        if const_expr(self.cluster > 1):
+            cute.arch.cluster_arrive()  # B0: this CTA's samples stored (release), counters zeroed
+        for s in cutlass.range_constexpr(first, self.vectors):
+            self.copy_slot(sm, tid, row_logits, s, start, count, length, nv)
+        if const_expr(self.cluster > 1):
+            cute.arch.cluster_wait()
+        q, cutoff = self.staged_cutoff(sm, tid, lane, rank, length)
+        self.stamp(trace_row, rank, tid, "cutoff")
+        tops = []
+        for s in cutlass.range_constexpr(self.vectors):
+            i = s * self.threads + tid
+            g = start + i
+            # Slot s's copy is group s of V: the later ones may still be in flight while
+            # this top is made. A slot past the chunk was not copied: its words are
+            # stale, its top -1.
+            copy_async_wait(self.vectors - 1 - s)
+            tops.append(self.vector_top(self.vector_words(sm, i), self.lanes_valid(i < count, g, length, nv),
+                                        i < count, g, nv))
+        return tops, q, cutoff
+
+    def copy_slot(self, sm, tid, row_logits, s, start, count, length, nv):
+        """Slot s's vector of this thread copied asynchronously into the stage: its valid
+        lanes' bytes, zeros past them (the partial vector), nothing past the chunk."""
+        i = s * self.threads + tid
+        g = start + i
+        copy_async_u32x4(sm["stage"] + i * 16, row_logits + Int64(g) * 16,
+                         self.lanes_valid(i < count, g, length, nv) * 2)
 
     @cute.jit
     def gather_samples(self, sm, tid, lane, rank):

@@ -201,6 +201,26 @@ STREAM_2 = Build.of(2, STREAM_VECTORS)
 # 2x512x16 in one wave (64-66 rows) were up to 3.8% and 4.4% slower, where every SM already
 # has a CTA's loads in flight; 16x512x16 1% slower; 4x1024x8 at 16 rows unchanged.
 STAGE_PREFETCH = (Build.of(8, 16),)
+# A staged build's sampled row on clusters of at least SAMPLED_ASYNC_CLUSTER CTAs, of at
+# least SAMPLED_ASYNC_MIN_LENGTH logits, in a launch of at most SAMPLED_ASYNC_ROWS rows
+# (SPEC.md 2.2, 2.4, 2.10) copies its chunk into the stage asynchronously and selects its
+# cutoff from samples read from global memory while the chunk lands. Measured (bench/NOTES.md
+# sessions 32-33, A/A arms within 0.97-1.03): on every staged build at the 12 target
+# points, 0.93-0.94 of the staged form's time on 16x512x16 (1 x 1M k512 15.10 -> 14.23 us),
+# whose cutoff chain after staging is longest (3.7k cycles, 16 CTAs' samples), but
+# 1.02-1.10 on 8x512x8, 8x512x16, 2x512x16 and 1x512x16, where the copies and the tops'
+# reads from the stage cost more than the shorter chain they hide; on 16x512x16, 0.93-0.96
+# at 1-2 rows of 917,504-1,048,576 logits (14-16 of a thread's 16 slots), 0.99-1.00 at
+# 786,432 and 0.99-1.04 at 600,000-655,360; 0.98-1.01 at 4 rows and 1.00-1.02 at 8 rows of
+# 917,504 and more, 1.02-1.05 at 4-8 rows of 600,000-786,432.
+SAMPLED_ASYNC_CLUSTER = 16
+SAMPLED_ASYNC_MIN_LENGTH = 917504
+SAMPLED_ASYNC_ROWS = 2
+# On it each thread copies SAMPLED_FIRST_SLOTS of its slots before B0's arrive and the rest
+# after it, so that the arrive's release waits for few copies: 32 bytes a thread (16 KB a
+# CTA of 512), about what one SM draws from HBM in the samples' ~1k-cycle latency (0 and
+# all 16 measured the same on every build).
+SAMPLED_FIRST_SLOTS = 2
 # The register build (SPEC.md 2.13): one CTA of 512 threads a token row of at most 8,192
 # logits, REGISTER_VECTORS vectors a thread kept in registers; K from the window from the
 # row's largest key, or a pass of key >> REG_FINE_SHIFT into REG_BINS bins and one of the

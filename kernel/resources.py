@@ -214,6 +214,11 @@ def _capture_fd2(path: str):
 _ENTRY = re.compile(r"\.entry\s+(\w+)\s*\(")
 
 
+# PTX instructions whose count a variant's row records (`ptx_ops`), for the checks that
+# the code takes the form SPEC.md describes (tests/test_kernel_compile.py).
+PTX_COUNTED = ("cp.async.cg.shared.global", "cp.async.commit_group", "cp.async.wait_group")
+
+
 def ptx_digest(ptx: str) -> str:
     """SHA-256 of the PTX with each kernel entry's name replaced by `ENTRY<i>`: the DSL
     spells the defining module's dotted path into the name (`...kerneldecode_topk_cute
@@ -264,6 +269,7 @@ def worker_compile(variant, export_dir=None) -> dict:
     ptx = compiled.artifacts.PTX
     if isinstance(ptx, str):
         row["ptx_sha256"] = ptx_digest(ptx)
+        row["ptx_ops"] = {op: ptx.count(op) for op in PTX_COUNTED}
     row["local_bytes"] = max((row[f] or 0) for f in ("frame", "stack_frame", "spill_stores", "spill_loads"))
     if export_dir is not None:
         compiled.export_to_c(str(export_dir), name, function_prefix=name)

@@ -9,7 +9,8 @@ build/kernel_resources.{md,json}.
 
 Fails on: a compile error, any spill or stack frame (local memory), a cubin for the wrong
 architecture, shared memory over the opt-in limit, a launch whose block size is not the
-build's threads, or a register build that no longer fits two CTAs an SM.
+build's threads, a register build that no longer fits two CTAs an SM, or a 16-CTA staged
+build's sampled row that does not copy each of its slots asynchronously once.
 
 Time: about 5-15 s a token-mode variant and 5-10 s a block-mode one per core; the whole
 module takes a few minutes on 2 cores. DTK_COMPILE_JOBS sets the worker count (default:
@@ -107,3 +108,21 @@ def test_register_build_fits_two_ctas_an_sm(table):
         allocated = -(-r["regs"] // 8) * 8
         assert 2 * allocated * r["block"][0] <= REGISTERS_PER_SM, f"{r['name']}@{r['arch']}: {r['regs']} registers"
         assert 2 * (r["smem"] + SMEM_RESERVED_PER_CTA) <= SMEM_PER_SM, f"{r['name']}@{r['arch']}: smem {r['smem']} B"
+
+
+def test_sampled_rows_copy_every_slot(table):
+    """SPEC.md 2.2: a token variant of a staged build of SAMPLED_ASYNC_CLUSTER CTAs stages a
+    sampled row by one `cp.async` a slot, each its own group, and one wait a slot before its
+    top is read (V of each in its PTX, unrolled); no other variant copies that way (block
+    rows, the other staged builds, the streamed and the register builds load into
+    registers). A slot copied twice or never is a wrong stage the suite sees only on the
+    H200."""
+    for r in table:
+        if r.get("error"):
+            continue
+        k, cluster, vectors, block_mode, trace = r["variant"]
+        build = policy.Build.of(cluster, vectors)
+        copies = (not block_mode and not build.streams and not build.registers
+                  and cluster >= policy.SAMPLED_ASYNC_CLUSTER)
+        want = {op: vectors if copies else 0 for op in resources.PTX_COUNTED}
+        assert r.get("ptx_ops") == want, f"{r['name']}@{r['arch']}: {r.get('ptx_ops')} (no PTX kept?), want {want}"
