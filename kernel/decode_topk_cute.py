@@ -673,8 +673,10 @@ class DecodeTopK:
         # Token mode: the direct path over the stage first tries one pass from the row's
         # largest key M (2.5): each warp's largest top in staging, stored in "maxima" before
         # the first cluster barrier's arrive (which on these builds follows staging), and
-        # the row's M read over the cluster after its wait. (A block row's largest key is
-        # its pinned newest block's +inf.)
+        # the row's M read over the cluster after its wait (a row staged by copies arrives
+        # before that store: its M is read only in a fallback, after its attempt's first
+        # exchange, whose barrier follows the store). (A block row's largest key is its
+        # pinned newest block's +inf.)
         self.narrow_top = not self.block_mode
         # Vectors a thread loads before it stores any (4 registers each), as many as fit
         # beside the tops it keeps: 1024 threads have 64 registers a thread (4 spilled there),
@@ -711,7 +713,8 @@ class DecodeTopK:
         # (token mode: a 512-bin total and prefix in two buffers, then the two passes).
         # "maxima": each warp's largest top (the window from the top), written in staging
         # and never again, so a peer may read it at any time after the first cluster
-        # barrier (token mode only). "select": the three one-copy histograms of the
+        # barrier (token mode only; a row staged by copies: after the next one, whose
+        # arrive follows the store). "select": the three one-copy histograms of the
         # cutoff's selection (its window, then radix_select's two passes, 2.6);
         # "sample_maxima": each warp's largest sample.
         exchanges = EXCHANGES + (2 if self.narrow_top else 0)
@@ -1727,7 +1730,7 @@ class DecodeTopK:
             self.stamp(trace_row, rank, tid, "queued")
         status = Int32(0)
         if const_expr(top_key is not None):
-            self.stamp(trace_row, rank, tid, "top")  # M read (after B0's wait on a cluster)
+            self.stamp(trace_row, rank, tid, "top")  # M read (on a cluster after B0's wait, or an attempt's X1)
             self.first_pass(sm, tid, lane, rank, queued, top_key, buffer, start, length, nv, trace_row, PASS_TOP,
                             attempt, streamed)
             b, above, gt_base, eq_base = self.select(sm, tid, buffer, Int32(self.k), (buffer, None), TOP_BINS)
