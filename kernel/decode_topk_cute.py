@@ -655,9 +655,8 @@ class DecodeTopK:
         # SAMPLED_ASYNC_MIN_LENGTH logits in a launch of at most SAMPLED_ASYNC_ROWS rows
         # instead reads its own S_c samples from global memory while its chunk is copied
         # asynchronously, and selects its cutoff while the chunk lands (sampled_stage;
-        # 2.2); copies_before_b0:
-        # the slots a thread copies before B0's arrive, whose release may wait for copies in
-        # flight (at one CTA, no arrive: all).
+        # 2.2). copies_before_b0: the slots a thread copies before B0's arrive, whose
+        # release may wait for copies in flight (at one CTA, no arrive: all).
         self.sampled_async = self.samples_staged and cluster >= SAMPLED_ASYNC_CLUSTER
         self.copies_before_b0 = min(SAMPLED_FIRST_SLOTS, vector_count) if cluster > 1 else vector_count
         self.direct_max = direct_max_length(cluster, vector_count)  # longer token rows: sampled (2.3, 2.12)
@@ -1158,19 +1157,19 @@ class DecodeTopK:
     @cute.jit
     def sampled_stage(self, sm, tid, lane, rank, row_logits, start, count, length, nv, trace_row):
         """A staged sampled row on SAMPLED_ASYNC_CLUSTER CTAs, long, in a launch of few rows
-        (2.2, 2.4, 2.10): (tops, q, cutoff). This CTA's samples' loads and its first SAMPLED_FIRST_SLOTS slots'
-        asynchronous copies into the stage; the samples stored, B0's arrive, the other
-        slots' copies (no registers held: the thread goes on); B0's wait, the gather and
-        the cutoff while the chunk lands (the profile's `cutoff` stamp, before `staged`);
-        then each slot's top from the stage once its own copy has landed (the thread reads
-        only its own copies, so no barrier: the caller's next one shows the stage to the
-        CTA). Why: the cutoff's chain (B0, the gather, the window, the selection: ~3.7k
-        cycles at 16 CTAs) no longer follows the row's staging (~7k) but runs beside it
-        (where the chain is shorter, the chunk less full or the GPU busier the copies cost
-        more than the overlap gives: policy's SAMPLED_ASYNC_*). Why the arrive before most copies: its release is a
-        `MEMBAR.ALL.GPU` (SASS), which may wait for the thread's copies in flight; the
-        first slots' are in flight no longer than the samples (at one CTA, no arrive: every
-        copy first)."""
+        (2.2, 2.4, 2.10): (tops, q, cutoff). This CTA's samples' loads and its first
+        SAMPLED_FIRST_SLOTS slots' asynchronous copies into the stage; the samples stored,
+        B0's arrive, the other slots' copies (no registers held: the thread goes on); B0's
+        wait, the gather and the cutoff while the chunk lands (the profile's `cutoff`
+        stamp, before `staged`); then each slot's top from the stage once its own copy has
+        landed (the thread reads only its own copies, so no barrier: the caller's next one
+        shows the stage to the CTA). Why: the cutoff's chain (B0, the gather, the window,
+        the selection: ~3.7k cycles at 16 CTAs) no longer follows the row's staging (~7k)
+        but runs beside it (where the chain is shorter, the chunk less full or the GPU
+        busier the copies cost more than the overlap gives: policy's SAMPLED_ASYNC_*). Why
+        the arrive before most copies: its release is a `MEMBAR.ALL.GPU` (SASS), which may
+        wait for the thread's copies in flight; the first slots' are in flight no longer
+        than the samples (at one CTA, no arrive: every copy first)."""
         loaded = self.load_own_samples(tid, rank, row_logits, nv, length)
         # The samples' loads issue before any copy, not behind up to 128 KB of them in the
         # SM's queue: plain loads (load_u16's `ordered`) and a warp barrier (a NOP in SASS)
