@@ -34,12 +34,17 @@ def point_key(p):
 
 def load(files):
     """{label: {point: [records]}} from grid_<LABEL>_<round>.json files."""
-    runs = {}
+    runs, gpus = {}, {}
     for f in files:
         stem = Path(f).stem  # grid_<label>_<round>
         label = stem[len("grid_"):].rsplit("_", 1)[0]
-        for p in json.loads(Path(f).read_text())["points"]:
+        data = json.loads(Path(f).read_text())
+        gpus.setdefault(data.get("gpu"), f)
+        for p in data["points"]:
             runs.setdefault(label, {}).setdefault(point_key(p), []).append(p)
+    if len(gpus) > 1:  # an A/B compares arms timed on one GPU, never an H100's times with an H200's
+        raise ValueError("ab.py compare: runs from different GPUs: "
+                         + ", ".join(f"{gpu!r} ({f})" for gpu, f in gpus.items()))
     return runs
 
 

@@ -1,6 +1,6 @@
 """bench/ab.py on the CPU: `compare` on made-up grid JSON of two labels and two rounds (the
 median of the rounds, the ratio to the first label, the slower points named, a violation
-making the exit 1), and `run` refusing a label it could not read back from a file name."""
+making the exit 1, runs of two GPUs refused), and `run` refusing a label it could not read back from a file name."""
 
 import json
 import sys
@@ -13,11 +13,11 @@ sys.path.insert(0, str(REPO / "bench"))
 import ab  # noqa: E402
 
 
-def _write(folder, label, rnd, times, violations=0):
+def _write(folder, label, rnd, times, violations=0, gpu="NVIDIA H200"):
     points = [{"data": "rho0.9", "mode": "token", "rows": rows, "length": 8192, "k": 512, "build": "2x512x8",
                "violations": violations if rows == 1 else 0, "dtk_us": us} for rows, us in times.items()]
     path = folder / f"grid_{label}_{rnd}.json"
-    path.write_text(json.dumps({"points": points}))
+    path.write_text(json.dumps({"gpu": gpu, "points": points}))
     return path
 
 
@@ -37,6 +37,12 @@ def test_compare_fails_on_a_violation(tmp_path, capsys):
     files = [_write(tmp_path, "base", 0, {1: 10.0}), _write(tmp_path, "new", 0, {1: 9.0}, violations=3)]
     assert ab.compare(files) == 1
     assert "violations recorded: 3" in capsys.readouterr().out
+
+
+def test_compare_refuses_runs_of_different_gpus(tmp_path):
+    files = [_write(tmp_path, "base", 0, {1: 10.0}), _write(tmp_path, "new", 0, {1: 9.0}, gpu="NVIDIA H100 80GB HBM3")]
+    with pytest.raises(ValueError, match="different GPUs: 'NVIDIA H200' .*'NVIDIA H100 80GB HBM3'"):
+        ab.compare(files)
 
 
 @pytest.mark.parametrize("spec", ["nolabel", "=dir", "a_b=dir"])

@@ -91,6 +91,26 @@ def test_table_names_the_fastest_valid_peer_and_the_ratio():
     assert "**ValueError: x**" in rows[3]
 
 
+def test_targets_are_judged_by_the_quoted_times_on_an_h200_only():
+    p1 = _grid()["points"][0]  # 1 x 131072 k2048 (target 7.5 us): 10 us, fastest valid peer a at 8
+    assert grid.target_met(p1, 7.5, "NVIDIA H200") == "no (1.3x)"
+    assert grid.target_met(dict(p1, dtk_us=7.5), 7.5, "NVIDIA H200") == "yes"
+    # elsewhere the 0.6x rule on this run's own peers (the quoted H200 time does not apply)
+    assert grid.target_met(p1, 7.5, "NVIDIA H100 80GB HBM3") == \
+        "no (1.25x this run's fastest valid peer; NVIDIA H100 80GB HBM3)"
+    assert grid.target_met(dict(p1, dtk_us=4.8), 7.5, "H100").startswith("yes (0.60x")
+    assert grid.target_met(dict(p1, peers={}, mode="block"), 7.5, "H100") == "n/a (H200 target; no valid peer timed)"
+    md = grid.results_md(dict(_grid(), gpu="NVIDIA H100 80GB HBM3"), [], Path("x.png"))
+    assert "| 1 | 131072 | 2048 | 7.5 | 10.0 | no (1.25x this run's fastest valid peer;" in md
+
+
+def test_report_refuses_runs_of_different_gpus():
+    h100 = dict(_grid(), gpu="NVIDIA H100 80GB HBM3")
+    for extras, targets in (([h100], None), ([], h100)):
+        with pytest.raises(ValueError, match="different GPUs: 'test GPU' and 'NVIDIA H100 80GB HBM3'"):
+            grid.results_md(_grid(), extras, Path("x.png"), targets)
+
+
 def test_summary_counts_faster_points_and_ratios():
     points = _grid()["points"]
     s = grid.peer_summary(points)
@@ -332,15 +352,20 @@ def test_time_builds_checks_then_times_every_other_build_on_cpu():
         top = torch.topk(x.float(), k, dim=1, largest=build.name != "1x512x16").indices
         out.copy_(torch.sort(top.to(torch.int32), dim=1).values)
 
-    ctx = {"torch": fake_torch, "check": gpu_check, "timer": _Timer(), "policy": policy,
-           "aot": types.SimpleNamespace(decode_topk_aot=decode_topk_aot)}
+    resident = {16: 2}  # clusters of 16x512x16 resident at once: fewer than the 3 rows, then 3
+    aot = types.SimpleNamespace(decode_topk_aot=decode_topk_aot,
+                                resident_for=lambda k, block_mode: lambda b: resident.get(b.cluster, 8))
+    ctx = {"torch": fake_torch, "check": gpu_check, "timer": _Timer(), "policy": policy, "aot": aot}
     chosen = policy.Build.parse("8x512x8")
     times = grid.time_builds(ctx, logits, lengths, lengths, k, False, 1, chosen, stats)
     others = [b.name for b in policy.BUILDS if b != chosen and b.cluster != 16]
-    assert list(times) == others == list(dict.fromkeys(forced))  # every other build but 16x512x16
+    assert list(times) == others == list(dict.fromkeys(forced))  # 16x512x16 would run in two waves
     # each run once and checked; only a valid one is then timed (the stand-in timer runs it once)
     assert [forced.count(n) for n in others] == [1 if n == "1x512x16" else 2 for n in others]
     assert times["1x512x16"].startswith("invalid: ") and all(times[n] == 1.5 for n in others if n != "1x512x16")
+    resident[16] = 3  # one wave of it: timed too
+    assert list(grid.time_builds(ctx, logits, lengths, lengths, k, False, 1, chosen, stats)) == \
+        [b.name for b in policy.BUILDS if b != chosen]
 
 
 def test_report_tables_every_build_forced():

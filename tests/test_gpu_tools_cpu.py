@@ -109,7 +109,7 @@ def test_grid_report_lists_every_target():
                 "floor_us": us / 2, "torch_us": us * 4, "vs_floor": 2.0, "vs_torch": 0.25, "dtk_tb_s": 1.0,
                 "floor_tb_s": 2.0}
 
-    meta = {"date": "2026-11-30", "gpu": "test GPU", "torch": "x", "kernel_source_sha256": "0" * 64,
+    meta = {"date": "2026-11-30", "gpu": "NVIDIA H200 (test)", "torch": "x", "kernel_source_sha256": "0" * 64,
             "timing": "t"}
     others = [t for t in grid.TARGETS if t != (128, 65536, 512)]
     results = dict(meta, points=[point(r, n, k, 5.0) for (r, n, k) in others])
