@@ -1,6 +1,7 @@
 """bench/ab.py on the CPU: `compare` on made-up grid JSON of two labels and two rounds (the
 median of the rounds, the ratio to the first label, the slower points named, a violation
-making the exit 1, runs of two GPUs refused), and `run` refusing a label it could not read back from a file name."""
+making the exit 1, runs of two GPUs refused), and `run` refusing a label it could not
+read back from a file name."""
 
 import json
 import sys
