@@ -118,6 +118,12 @@ def test_grid_report_lists_every_target():
     # 5 us meets the other eleven (every target is at least 5.8 us); 99 us is 5.8x of 17.2
     assert text.count("| yes |") == len(others) == 11 and "no (5.8x)" in text
     assert "results/x.png" in text and "| 128 | 65536 | 512 | 17.2 | 99.0 (`run --targets`" in text
+    # target / floor beside DecodeTopK / floor: 7.5 us over a 2.5-us floor at 1 x 131072 k2048
+    row = next(line for line in text.splitlines() if line.startswith("| 1 | 131072 | 2048 |"))
+    assert row.endswith("| 2.0 | 3.00 | 0.25 |"), row
+    other = grid.results_md(dict(results, gpu="NVIDIA H100 80GB HBM3"), [], grid.REPO / "bench" / "results" / "x.png")
+    assert next(line for line in other.splitlines() if line.startswith("| 1 | 131072 | 2048 |")).endswith(
+        "| 2.0 | n/a | 0.25 |")
 
 
 def test_torch_seq_lens_lengths_agrees_with_the_reference():
