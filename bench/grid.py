@@ -1195,12 +1195,17 @@ def l2_caveat(points):
             "(the run predates grid.py's GPU sleep before each, L2_SLEEP_CYCLES); read the evicted columns.")
 
 
+def targets_apply(gpu):
+    """Whether issue 15's quoted target times (H200 times) apply to a run on this GPU."""
+    return TARGET_GPU in gpu
+
+
 def target_met(p, target, gpu, time_keys=PEER_TIME_KEYS):
     """The targets table's "met" cell. Issue 15's target times are 0.6x the fastest valid peer
     it quotes for the H200, so only a run on an H200 is judged by them; on another GPU (an
     H100, where HBM is ~30% slower) the rule itself is applied to this run's own peers: met
     when DecodeTopK takes at most 0.6x the fastest valid peer's time at that point."""
-    if TARGET_GPU in gpu:
+    if targets_apply(gpu):
         return "yes" if p["dtk_us"] <= target else f"no ({p['dtk_us'] / target:.1f}x)"
     best, _ = fastest_valid(p, time_keys)
     if best is None:
@@ -1287,7 +1292,7 @@ def results_md(results, extras, png, targets=None, time_keys=PEER_TIME_KEYS, com
                 cells += peer_cells(p, names, time_keys, l2)
                 # what the target leaves above the load-only kernel of the same launch (an
                 # H200 time, so only against an H200's floor)
-                allowed = f"{target / p['floor_us']:.2f}" if TARGET_GPU in results["gpu"] else "n/a"
+                allowed = f"{target / p['floor_us']:.2f}" if targets_apply(results["gpu"]) else "n/a"
                 cells += [p["vs_floor"], allowed, p["vs_torch"]]
                 lines.append("| " + " | ".join(str(c) for c in cells) + " |")
                 break
