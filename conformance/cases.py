@@ -514,6 +514,10 @@ CASES = (
          partial(algo.make_controlled, width=1048576, specs=algo.COPIES_SPECS),
          "two rows staged by copies: crowded survivors, and underflow at every k (16x512x16)", modes=(False,),
          intent=algo.controlled_intent(algo.COPIES_SPECS)),
+    Case("copies-ragged-1048576", "full", 336, partial(make_lengths, lengths=(1000001, 917511), width=1048576),
+         "two rows staged by copies whose chunks end inside a slot: 1,000,001 logits (chunks of 7,812 and 7,813 "
+         "vectors, so 132-133 of a CTA's 512 threads copy its slot 15) and 917,511 (the last chunk one vector "
+         "longer than the rest, its last vector 7 logits)"),
 )
 
 
