@@ -1,4 +1,4 @@
-"""bench/fallback_rates.py on the CPU: its row for Gaussian rows of 131,072 logits, the
+"""bench/fallback_rates.py on the CPU: its row for Gaussian rows of 196,608 logits, the
 vectors of top >= cutoff and the keys >= cutoff a vector of them recounted here from the
 rows and the model's cutoffs (a vector's top is the largest key of its 8 lanes)."""
 
@@ -18,7 +18,7 @@ from decode_topk.reference.model import simulate  # noqa: E402
 
 
 def test_vectors_at_or_above_the_cutoff(capsys):
-    rows, width = 4, 131072
+    rows, width = 4, 196608  # sampled on the build the policy picks (8x512x8), whatever its d
     fallback_rates.main(["--rows", str(rows), "--widths", str(width), "--data", "gaussian"])
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| gaussian |")]
     assert len(lines) == len(policy.KS)
