@@ -1,6 +1,7 @@
 """Where the time goes: CTA 0's %clock at each PROFILE_STAMPS point (the profile build).
 
     source .dsl/b/install.sh && python bench/profile_phases.py [SET ...]
+    python bench/profile_phases.py [SET ...] --aot .aot_profile     # no DSL on the GPU machine
 
 SETS: cluster (the default), one-cta, one-cta-1024, targets, q-min, cluster-direct, two-cta,
 micro, s13, s14, s15, s16, ...; --time also times each configuration's profile build
@@ -8,7 +9,9 @@ micro, s13, s14, s15, s16, ...; --time also times each configuration's profile b
 first (an A/B in one run: e.g. `git show main:kernel/decode_topk_cute.py > /tmp/base.py`),
 its lines marked `# base` and `# tree`.
 
-Needs the DSL on the GPU machine (the profile build is not in the AOT library). Data:
+Needs the DSL on the GPU machine, or `--aot DIR`: the profile build's own AOT library
+(bench/profile_build.py says how to build it), which runs every configuration whose
+overrides leave the kernel as built (`data` only; the others are refused). Data:
 indexer-like rows at rho 0.9 (bench/grid.py make_logits). Prints, per configuration, the
 median over rows of the cycles since kernel entry at each stamp and the paths the rows
 took (bench/NOTES.md keeps the history). Each output is checked exactly first (poisoned
@@ -22,14 +25,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/grid.py, as `grid`
 
-import cutlass.cute as cute  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from grid import make_logits  # noqa: E402
 
 from decode_topk.conformance import gpu_check  # noqa: E402
 from decode_topk.conformance.gpu_impl import POISON  # noqa: E402
-from decode_topk.kernel import decode_topk_cute as dtk  # noqa: E402
+from decode_topk.kernel import policy  # noqa: E402
+
+cute = dtk = None  # the DSL and the kernel module, imported by main() unless --aot
 
 # (rows, width, k, block_mode, (cluster, vectors), overrides): overrides sets attributes
 # of the DecodeTopK before it compiles, so one run compares variants of a build that do
@@ -129,9 +133,28 @@ def main(argv=None):
     parser.add_argument("--base", metavar="FILE",
                         help="also profile each configuration on this kernel source (a copy of "
                              "kernel/decode_topk_cute.py from another revision), before the tree's")
+    parser.add_argument("--aot", metavar="DIR",
+                        help="the profile build's AOT library in DIR (bench/profile_build.py), not the DSL: "
+                             "configurations with overrides other than data are refused")
     args = parser.parse_args(argv)
-    global dtk
-    kernels = [("tree", dtk)]
+    global cute, dtk
+    if args.aot:
+        if args.base:
+            parser.error("--base compiles a kernel source with the DSL; it does not go with --aot")
+        refused = [f"{name}: {config}" for name in args.sets for config in CONFIGS[name] if aot_refusal(config)]
+        if refused:
+            raise SystemExit("profile_phases.py --aot: the profile library holds the kernel as built, and these "
+                             "configurations change it (the DSL runs them): " + "; ".join(refused))
+        import profile_build
+        from decode_topk.kernel import aot_loader
+
+        library = aot_loader.load_library_at(args.aot, profile_build.__file__, profile_build.library_sha256())
+        kernels = [("tree", None)]
+    else:
+        import cutlass.cute as cute
+        from decode_topk.kernel import decode_topk_cute as dtk
+        library = None
+        kernels = [("tree", dtk)]
     if args.base:
         # In the kernel's package, so that its `from .policy import` finds the tree's policy.
         spec = importlib.util.spec_from_file_location("decode_topk.kernel._profile_base", args.base)
@@ -150,7 +173,14 @@ def main(argv=None):
                 dtk = module
                 if args.base:
                     print("#", label)
-                profile(*config, timer=timer)
+                profile(*config, timer=timer, library=library)
+
+
+def aot_refusal(config):
+    """Why the profile library cannot run a configuration (its overrides change the kernel:
+    anything but `data`), or None."""
+    kernel = sorted(set(config[5]) - {"data"})
+    return f"overrides {', '.join(kernel)}" if kernel else None
 
 
 # Session 17: s16's points, rows that fill their slots (2x512x16, 1x512x16, 4x1024x8, the
@@ -219,6 +249,16 @@ CONFIGS["s33"] = [
     for rows, width, k, data in S33_POINTS
     for over in ({}, {"copies_before_b0": 0}, {"copies_before_b0": 16})]
 
+# Session 35: the few long rows on the builds that could take them besides the policy's
+# (16x512x16 direct up to 131,072 logits, SPEC 2.3; 8x512x8 against 16x512x16 at 262,144;
+# 8x512x16 against 16x512x16 at 524,288), kernel as built, so the profile library runs them
+# (`--aot`): with `grid.py run --builds`, the stamps behind a policy change.
+CONFIGS["s35"] = [
+    (rows, width, k, False, build, {} if data == "rho0.9" else {"data": data})
+    for rows, width, builds in ((1, 131072, ((8, 8), (16, 16))), (4, 131072, ((8, 8), (16, 16))),
+                                (1, 262144, ((8, 8), (16, 16))), (1, 524288, ((8, 16), (16, 16))))
+    for k in (512, 2048) for data in ("rho0.9", "gaussian") for build in builds]
+
 # Session 17: the sampled rows of the grid's losing points and of each sampled build, the
 # cutoff's window from the largest sample against the two radix passes (the `cutoff` stamp),
 # and two direct rows (staging's one more warp store).
@@ -274,14 +314,13 @@ CONFIGS["register-short"] = [
                                                                  (1, 8192, 512, False, (2, 8), {})]
 
 
-def profile(rows, width, k, block_mode, build, overrides, timer=None):
-    """Print one configuration's median stamps and the paths its rows took (timer: also its
-    time, bench/grid.py's Timer)."""
-    cluster, vectors = build
+def dsl_launcher(k, cluster, vectors, block_mode, overrides):
+    """(launch(logits, lengths, out, trace), threads, trace width) of the profile build
+    compiled with the DSL, the overrides set on it first (`threads`: a thread count other
+    than threads_for's)."""
     overrides = dict(overrides)
     own = dtk.threads_for
     threads = overrides.pop("threads", None)
-    data = overrides.pop("data", "rho0.9")
     if threads is not None:
         dtk.threads_for = lambda c, v=None: threads if c == cluster else own(c, v)
     try:
@@ -293,35 +332,74 @@ def profile(rows, width, k, block_mode, build, overrides, timer=None):
             raise SystemExit(f"profile_phases.py: DecodeTopK has no attribute {name!r} to override")
         setattr(topk, name, value)
     compiled = cute.compile(topk, *dtk.fake_arguments(k, topk.trace_width))
+
+    def launch(logits, lengths, out, trace):
+        # The arguments are built inside the call: the timer launches on a stream of its own,
+        # and cute_arguments carries the stream current when it is called (replaying one
+        # built before timed nothing: every configuration read 1.31 us in session 15).
+        compiled(*dtk.cute_arguments(logits, lengths, out, trace))
+    return launch, topk.threads, topk.trace_width
+
+
+def aot_launcher(library, k, cluster, vectors, block_mode):
+    """The same from the profile build's AOT library (bench/profile_build.py): its traced
+    variant of (k, cluster, vectors, mode), on the stream current at each call."""
+    import ctypes
+
+    def launch(logits, lengths, out, trace):
+        rows, width = logits.shape
+        err = library.dtk_launch(k, cluster, vectors, int(block_mode), 1, ctypes.c_void_p(logits.data_ptr()), rows,
+                                 width, logits.stride(0), ctypes.c_void_p(lengths.data_ptr()), 1,
+                                 ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(trace.data_ptr()),
+                                 ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        if err:
+            raise RuntimeError(f"profile library launch: {library.dtk_error_name(err).decode()} ({err})")
+    width = len(policy.TRACE_FIELDS) + len(policy.PROFILE_STAMPS)
+    return launch, policy.threads_for(cluster, vectors), width
+
+
+def profile(rows, width, k, block_mode, build, overrides, timer=None, library=None):
+    """Print one configuration's median stamps and the paths its rows took (timer: also its
+    time, bench/grid.py's Timer; library: the profile build's AOT library, not the DSL)."""
+    cluster, vectors = build
+    overrides = dict(overrides)
+    data = overrides.pop("data", "rho0.9")
+    if library is not None:
+        launch, threads, trace_width = aot_launcher(library, k, cluster, vectors, block_mode)
+    else:
+        launch, threads, trace_width = dsl_launcher(k, cluster, vectors, block_mode, overrides)
+        overrides.pop("threads", None)
     logits = make_logits(torch, data, rows, width, seed=rows * 7 + width)
     lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
     out = torch.full((rows, k), POISON, dtype=torch.int32, device="cuda")
-    trace = torch.zeros((rows, topk.trace_width), dtype=torch.int32, device="cuda")
-    arguments = dtk.cute_arguments(logits, lengths, out, trace)  # the same tensors every launch
-    compiled(*arguments)
+    trace = torch.zeros((rows, trace_width), dtype=torch.int32, device="cuda")
+    launch(logits, lengths, out, trace)
     torch.cuda.synchronize()
     counts, first = gpu_check.check(logits, lengths, k, block_mode, out)
     violations = int(sum(counts.values()))
     for _ in range(3):
         trace.zero_()
-        compiled(*arguments)
+        launch(logits, lengths, out, trace)
         torch.cuda.synchronize()
     fields = trace.cpu().numpy().astype(np.int64)
-    stamps = fields[:, len(dtk.TRACE_FIELDS):]
-    since = np.where(stamps != 0, (stamps - stamps[:, :1]) & 0xFFFFFFFF, -1)  # %clock wraps at 2^32
-    median = np.median(since, axis=0)
+    median = median_stamps(fields)
     rule = "".join(f" {name}={value}" for name, value in overrides.items()) + ("" if data == "rho0.9" else f" data={data}")
     print(f"== rows {rows} width {width} k {k} {'block' if block_mode else 'token'} build "
-          f"{cluster}x{topk.threads}x{vectors}{rule} paths {np.bincount(fields[:, 0], minlength=3).tolist()}"
+          f"{cluster}x{threads}x{vectors}{rule} paths {np.bincount(fields[:, 0], minlength=3).tolist()}"
           + (f" INVALID: {violations} violations, first rows {first}" if violations else " exact"))
     timed = ""
     if timer is not None:
-        # The arguments are built inside the call, not replayed: the timer launches on a stream
-        # of its own, and `arguments` carries the stream current when it was built (replaying it
-        # timed nothing: every configuration read 1.31 us in session 15).
-        us = timer.us(lambda: compiled(*dtk.cute_arguments(logits, lengths, out, trace)))
-        timed = f"  us={us}"
-    print("   " + "  ".join(f"{name}={int(v)}" for name, v in zip(dtk.PROFILE_STAMPS, median) if v >= 0) + timed)
+        timed = f"  us={timer.us(lambda: launch(logits, lengths, out, trace))}"
+    print("   " + "  ".join(f"{name}={int(v)}" for name, v in zip(policy.PROFILE_STAMPS, median) if v >= 0) + timed)
+
+
+def median_stamps(fields):
+    """Per PROFILE_STAMPS point, the median over rows of the cycles since the row's first
+    stamp (the trace's fields past TRACE_FIELDS; a stamp a row never reached reads 0 and
+    counts -1, so a point that no row reached prints nothing). %clock wraps at 2^32."""
+    stamps = np.asarray(fields, dtype=np.int64)[:, len(policy.TRACE_FIELDS):]
+    since = np.where(stamps != 0, (stamps - stamps[:, :1]) & 0xFFFFFFFF, -1)
+    return np.median(since, axis=0)
 
 
 # Session 27: whether a cluster's first exchange waits for its slowest CTA or for its own

@@ -102,6 +102,17 @@ def source_sha256(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def library_sha256(module, module_spec, src) -> str:
+    """The hash a library built from `module` carries: the package's kernel, the hash the
+    loader expects (one function for both); a stand-in module (--module x.py) its own
+    `library_sha256()` where it has one (bench/profile_build.py: its file and the kernel
+    bundle it compiles, so a kernel change makes it stale), else its file's."""
+    if module_spec == resources.KERNEL_MODULE:
+        return kernel_source_sha256()
+    own = getattr(module, "library_sha256", None)
+    return own() if own is not None else source_sha256(src)
+
+
 class CudaToolkit(typing.NamedTuple):
     """What the link takes from a CUDA toolkit, and how it was found."""
 
@@ -496,9 +507,7 @@ def build(arch="sm_90a", out=None, jobs=2, module_spec=resources.KERNEL_MODULE, 
     for stale in (out / LIBRARY, out / MANIFEST, work / "shim.c", work / "shim.o"):
         stale.unlink(missing_ok=True)
     src = resources.kernel_source(module_spec)
-    # The package's kernel is stamped with the hash the loader expects (one function for
-    # both); a stand-in module (--module x.py) with its own file's.
-    sha = kernel_source_sha256() if module_spec == resources.KERNEL_MODULE else source_sha256(src)
+    sha = library_sha256(module, module_spec, src)
     if variants is None:
         variants = module.variants((False, True))
     modes_by_k = {k: fake_modes(module, k) for k in sorted({v[0] for v in variants})}

@@ -213,15 +213,18 @@ def _open_checked(path: Path, expected_sha256: str, source: str):
     return lib
 
 
-def load_library_at(directory, source):
+def load_library_at(directory, source, expected_sha256=None):
     """The bound ctypes library directory/libdecode_topk.so, built by kernel/aot.py from
-    the module source (a path; its SHA-256 must match the one compiled in, else
-    StaleLibraryError, unless DTK_AOT_ALLOW_STALE=1); FileNotFoundError if absent."""
+    the module source (a path), whose SHA-256 (or expected_sha256: what the module's
+    library_sha256() says, kernel/aot.py) must match the one compiled in, else
+    StaleLibraryError, unless DTK_AOT_ALLOW_STALE=1; FileNotFoundError if absent."""
     path = Path(directory) / LIBRARY
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: build it with `python -m decode_topk.kernel.aot --out "
-                                f"{path.parent}` (nvidia-cutlass-dsl and a CUDA 13 toolkit)")
-    return _open_checked(path, hashlib.sha256(Path(source).read_bytes()).hexdigest(), str(source))
+        raise FileNotFoundError(f"{path} not found: build it with `python -m decode_topk.kernel.aot --module "
+                                f"{source} --out {path.parent}` (nvidia-cutlass-dsl and a CUDA 13 toolkit)")
+    if expected_sha256 is None:
+        expected_sha256 = hashlib.sha256(Path(source).read_bytes()).hexdigest()
+    return _open_checked(path, expected_sha256, str(source))
 
 
 def load_library():
