@@ -528,22 +528,28 @@ def start_watchdog(live, save, hang_s, hard_deadline):
     return thread
 
 
+def launch_library(lib, torch, what, logits, lengths, out, k, cluster, vectors, block_mode=False, trace=None):
+    """One launch of the (k, cluster, vectors, mode, traced if `trace`) variant of a library
+    that kernel/aot.py built (next_n 1), on the current stream; RuntimeError naming `what`
+    on an error code."""
+    import ctypes
+
+    rows, width = logits.shape
+    err = lib.dtk_launch(k, cluster, vectors, int(block_mode), int(trace is not None),
+                         ctypes.c_void_p(logits.data_ptr()), rows, width, logits.stride(0),
+                         ctypes.c_void_p(lengths.data_ptr()), 1, ctypes.c_void_p(out.data_ptr()),
+                         ctypes.c_void_p(0 if trace is None else trace.data_ptr()),
+                         ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    if err:
+        raise RuntimeError(f"{what} launch: {lib.dtk_error_name(err).decode()} ({err})")
+
+
 def _module_launcher(aot, torch, folder, source, what):
     """launch(logits, lengths, out, k, cluster, vectors) of the AOT library in `folder` that
     kernel/aot.py built from bench/`source` (its hash checked against that file)."""
-    import ctypes
-
     lib = aot.load_library_at(REPO / folder, REPO / "bench" / source)
-
-    def launch(logits, lengths, out, k, cluster, vectors):
-        rows, width = logits.shape
-        err = lib.dtk_launch(k, cluster, vectors, 0, 0, ctypes.c_void_p(logits.data_ptr()), rows, width,
-                             logits.stride(0), ctypes.c_void_p(lengths.data_ptr()), 1,
-                             ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(0),
-                             ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-        if err:
-            raise RuntimeError(f"{what} launch: {lib.dtk_error_name(err).decode()} ({err})")
-    return launch
+    return lambda logits, lengths, out, k, cluster, vectors: launch_library(lib, torch, what, logits, lengths, out,
+                                                                            k, cluster, vectors)
 
 
 def sol_launcher(aot, torch):

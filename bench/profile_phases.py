@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/grid.py, as `g
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from grid import make_logits  # noqa: E402
+from grid import launch_library, make_logits  # noqa: E402
 
 from decode_topk.conformance import gpu_check  # noqa: E402
 from decode_topk.conformance.gpu_impl import POISON  # noqa: E402
@@ -344,16 +344,9 @@ def dsl_launcher(k, cluster, vectors, block_mode, overrides):
 def aot_launcher(library, k, cluster, vectors, block_mode):
     """The same from the profile build's AOT library (bench/profile_build.py): its traced
     variant of (k, cluster, vectors, mode), on the stream current at each call."""
-    import ctypes
-
     def launch(logits, lengths, out, trace):
-        rows, width = logits.shape
-        err = library.dtk_launch(k, cluster, vectors, int(block_mode), 1, ctypes.c_void_p(logits.data_ptr()), rows,
-                                 width, logits.stride(0), ctypes.c_void_p(lengths.data_ptr()), 1,
-                                 ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(trace.data_ptr()),
-                                 ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-        if err:
-            raise RuntimeError(f"profile library launch: {library.dtk_error_name(err).decode()} ({err})")
+        launch_library(library, torch, "profile library", logits, lengths, out, k, cluster, vectors, block_mode,
+                       trace)
     width = len(policy.TRACE_FIELDS) + len(policy.PROFILE_STAMPS)
     return launch, policy.threads_for(cluster, vectors), width
 

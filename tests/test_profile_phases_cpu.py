@@ -84,3 +84,34 @@ def test_a_stand_in_module_stamps_its_own_library_sha256(tmp_path):
     own = type("M", (), {"library_sha256": staticmethod(lambda: "f" * 64)})()
     assert aot.library_sha256(own, str(src), src) == "f" * 64
     assert aot.library_sha256(own, resources.KERNEL_MODULE, src) == aot.kernel_source_sha256()
+
+
+def test_the_aot_launch_passes_dtk_launch_its_arguments_in_order():
+    """grid.launch_library (the floors' and the profile library's launch) against the C
+    entry point's order (docs/aot.md): k, cluster, vectors, block mode, traced, logits,
+    rows, width, row stride, lengths, next_n, out, trace, stream."""
+    import grid
+
+    class Tensor:
+        def __init__(self, ptr, shape=(), stride=()):
+            self.ptr, self.shape, self._stride = ptr, shape, stride
+
+        def data_ptr(self):
+            return self.ptr
+
+        def stride(self, dim):
+            return self._stride[dim]
+
+    class Lib:
+        def dtk_launch(self, *args):
+            self.args = [getattr(a, "value", a) for a in args]
+            return 0
+
+    fake_torch = type("T", (), {"cuda": type("C", (), {"current_stream": staticmethod(
+        lambda: type("S", (), {"cuda_stream": 77})())})})
+    lib = Lib()
+    logits, lengths, out, trace = Tensor(11, (3, 4096), (4104, 1)), Tensor(12), Tensor(13), Tensor(14)
+    grid.launch_library(lib, fake_torch, "x", logits, lengths, out, 512, 8, 16, True, trace)
+    assert lib.args == [512, 8, 16, 1, 1, 11, 3, 4096, 4104, 12, 1, 13, 14, 77]
+    grid.launch_library(lib, fake_torch, "x", logits, lengths, out, 2048, 1, 2)
+    assert lib.args[3:5] == [0, 0] and lib.args[12] in (0, None)
