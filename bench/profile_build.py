@@ -24,7 +24,7 @@ from pathlib import Path
 from decode_topk.kernel import policy
 from decode_topk.kernel.vendor import bundle_sha256
 
-KS = (512, 2048)  # the k of profile_phases.py's configurations
+KS = (512, 2048)  # the grid's k; profile_phases.py's configurations at k 1024 (q-min) need the DSL
 TRACE_WIDTH = len(policy.TRACE_FIELDS) + len(policy.PROFILE_STAMPS)
 
 

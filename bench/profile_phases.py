@@ -141,10 +141,11 @@ def main(argv=None):
     if args.aot:
         if args.base:
             parser.error("--base compiles a kernel source with the DSL; it does not go with --aot")
-        refused = [f"{name}: {config}" for name in args.sets for config in CONFIGS[name] if aot_refusal(config)]
+        refused = [f"{name} {config}: {aot_refusal(config)}" for name in args.sets for config in CONFIGS[name]
+                   if aot_refusal(config)]
         if refused:
-            raise SystemExit("profile_phases.py --aot: the profile library holds the kernel as built, and these "
-                             "configurations change it (the DSL runs them): " + "; ".join(refused))
+            raise SystemExit("profile_phases.py --aot: the profile library holds the kernel as built at k 512 and "
+                             "2048, so these need the DSL: " + "; ".join(refused))
         import profile_build
         from decode_topk.kernel import aot_loader
 
@@ -177,10 +178,19 @@ def main(argv=None):
 
 
 def aot_refusal(config):
-    """Why the profile library cannot run a configuration (its overrides change the kernel:
-    anything but `data`), or None."""
-    kernel = sorted(set(config[5]) - {"data"})
-    return f"overrides {', '.join(kernel)}" if kernel else None
+    """Why the profile library cannot run a configuration, or None: overrides that change
+    the kernel (anything but `data`), or a variant it does not hold (bench/profile_build.py:
+    k 512 and 2048)."""
+    import profile_build
+
+    rows, width, k, block_mode, (cluster, vectors), overrides = config
+    kernel = sorted(set(overrides) - {"data"})
+    if kernel:
+        return f"overrides {', '.join(kernel)}"
+    held = {(v.k, v.build.cluster, v.build.vectors, v.block_mode) for v in profile_build.variants()}
+    if (k, cluster, vectors, block_mode) not in held:
+        return f"no variant k={k} {cluster}x{vectors} {'block' if block_mode else 'token'} in the profile library"
+    return None
 
 
 # Session 17: s16's points, rows that fill their slots (2x512x16, 1x512x16, 4x1024x8, the

@@ -269,7 +269,8 @@ def fake_modes(module, k):
 
 # C expressions of each tensor's modes in dtk_launch's parameters (SPEC 1.1; the trace is
 # [rows, 8]; lengths has one entry a request of next_n rows). Keyed by argument position
-# of (logits, lengths, out, trace, stream).
+# of (logits, lengths, out, trace, stream). Only the dynamic modes are written (the trace's
+# rows), so a trace of another static width (bench/profile_build.py's) needs none.
 _TRACE_WIDTH = str(len(policy.TRACE_FIELDS))
 _SHAPE_EXPR = [("rows", "width"), ("rows / next_n",), ("rows", "K_"), ("rows", _TRACE_WIDTH)]
 _STRIDE_EXPR = [("row_stride", "1"), ("1",), ("K_", "1"), (_TRACE_WIDTH, "1")]

@@ -176,12 +176,12 @@ def _bind(lib):
     return lib
 
 
-def _open_checked(path: Path, expected_sha256: str, source: str):
-    """The bound library at path, refused (StaleLibraryError) unless it was built from the
-    source whose SHA-256 is expected_sha256 (DTK_AOT_ALLOW_STALE=1: a warning instead),
-    its MANIFEST.json (if any) describes it, and it is built for the current CUDA
-    device's arch (when there is one)."""
-    rebuild = "rebuild with `python -m decode_topk.kernel.aot`"
+def _open_checked(path: Path, expected_sha256: str, source: str,
+                  rebuild="rebuild with `python -m decode_topk.kernel.aot`"):
+    """The bound library at path, refused (StaleLibraryError, saying `rebuild`) unless it
+    was built from the source whose SHA-256 is expected_sha256 (DTK_AOT_ALLOW_STALE=1: a
+    warning instead), its MANIFEST.json (if any) describes it, and it is built for the
+    current CUDA device's arch (when there is one)."""
     try:
         lib = _bind(ctypes.CDLL(str(path)))
     except (OSError, AttributeError) as e:  # not a library, or not ours (a symbol missing)
@@ -219,12 +219,16 @@ def load_library_at(directory, source, expected_sha256=None):
     library_sha256() says, kernel/aot.py) must match the one compiled in, else
     StaleLibraryError, unless DTK_AOT_ALLOW_STALE=1; FileNotFoundError if absent."""
     path = Path(directory) / LIBRARY
+    build = f"`python -m decode_topk.kernel.aot --module {source} --out {path.parent}`"
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: build it with `python -m decode_topk.kernel.aot --module "
-                                f"{source} --out {path.parent}` (nvidia-cutlass-dsl and a CUDA 13 toolkit)")
+        raise FileNotFoundError(f"{path} not found: build it with {build} (nvidia-cutlass-dsl and a CUDA 13 "
+                                f"toolkit)")
+    what = str(source)
     if expected_sha256 is None:
         expected_sha256 = hashlib.sha256(Path(source).read_bytes()).hexdigest()
-    return _open_checked(path, expected_sha256, str(source))
+    else:
+        what += " (with what its library_sha256() covers)"
+    return _open_checked(path, expected_sha256, what, f"rebuild with {build}")
 
 
 def load_library():
