@@ -50,7 +50,7 @@ def main(argv=None):
                 _, trace = simulate(bits, lengths, k, False, build=build)
                 attempted = trace[:, 3] >= 0  # (a row as short as D takes the direct path at once)
                 if not attempted.any():
-                    print(f"| {kind} | {width} | {k} | - | direct at {build} | | | |", flush=True)
+                    print(f"| {kind} | {width} | {k} | - | direct at {build} | | | | | |", flush=True)
                     continue
                 under = (trace[:, 1] == 2).mean()
                 placed = attempted & (trace[:, 1] != 2)

@@ -42,8 +42,8 @@ CASES = (
     ("copies-fallbacks-1048576", "16x512x16's rows staged by copies (2 rows a launch): crowded, and underflow "
                                  "past a partial last vector"),
     ("monotone-262144", "ascending and descending rows: K 294-624 key steps above the cutoff on the full rows, "
-                        "past the staged attempt's one pass -> direct path, on every build that holds them, 16x512x16 "
-                        "included (sampled-narrow-overflow's rows, 131,072 logits, are direct there)"),
+                        "past the staged attempt's one pass -> direct path, on every staged build that holds them, "
+                        "16x512x16 included (sampled-narrow-overflow's rows, 131,072 logits, are direct there)"),
     # 1x512x4 and 2x512x4 (SPEC 2.12): their stages in both modes, their streamed queues and
     # both fallbacks
     ("stage-16384", "1x512x4's staged rows (both modes): short and direct in its four slots"),
