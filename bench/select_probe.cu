@@ -27,6 +27,15 @@
 //                  q (a ballot and two shuffles) and the total by lane 31's inclusive sum
 //   every-warp     every warp selects for itself (select's form), no answer stored, no
 //                  second barrier (session 12's form, which session 13 replaced)
+//   select-cta     every thread one bin (thread t bin 511 - t, so thread order is the
+//                  bins' order from the top): a five-shuffle warp scan, the warp totals
+//                  stored, a bar.sync, every warp's scan of the 16 totals, the thread whose
+//                  bin holds q stores the answer, a bar.sync, every thread loads it (no
+//                  serial walk; two barriers where select has one)
+//   select-2level  the same first level, then no second barrier: every warp finds the warp
+//                  whose bins hold q from the 16 totals (a ballot), loads that warp's 32
+//                  bins again, scans them and takes the lane that holds q (a ballot and a
+//                  shuffle): one barrier as select, and the answer in every warp
 //   scan           the CTA's exclusive scan of one value a thread (the register build's
 //                  ranked write): a five-shuffle warp scan, the warp totals stored, a
 //                  bar.sync, a five-shuffle scan of the 16 totals and a shuffle
@@ -62,15 +71,21 @@ constexpr unsigned FULL = 0xffffffffu;
 constexpr int TRIALS = 6;                   // the first warms up; the median of the others
 constexpr int RESIDENT_SMEM = 100 * 1024;  // with the static words: two CTAs an SM, not three
 
-enum Form { EMPTY, SELECT, SELECT_WALK, SELECT_VOTE, EVERY_WARP, SCAN, SCAN_REDUX, ADDS_NONE, ADDS, ADDS_LANE,
-            ADDS_WARP, ADDS_SPREAD, FORMS };
+enum Form { EMPTY, SELECT, SELECT_WALK, SELECT_VOTE, EVERY_WARP, SELECT_CTA, SELECT_2LEVEL, SCAN, SCAN_REDUX,
+            ADDS_NONE, ADDS, ADDS_LANE, ADDS_WARP, ADDS_SPREAD, FORMS };
 // The window's adds forms, ADDS_NONE .. ADDS_SPREAD, are the last in Form.
 __host__ __device__ constexpr bool window_adds(Form f) { return f >= ADDS_NONE && f < FORMS; }
-const char *const NAMES[FORMS] = {"empty", "select", "select-walk", "select-vote", "every-warp", "scan",
-                                  "scan-redux", "adds-none", "adds", "adds-lane", "adds-warp", "adds-spread"};
+const char *const NAMES[FORMS] = {"empty",      "select",     "select-walk", "select-vote", "every-warp",
+                                  "select-cta", "select-2level", "scan",     "scan-redux",  "adds-none",
+                                  "adds",       "adds-lane",  "adds-warp",   "adds-spread"};
 // What each form's cycles are read against: the step without the measured work.
-const Form BASE[FORMS] = {EMPTY,     EMPTY,     EMPTY,     EMPTY,     EMPTY,     EMPTY,
-                          EMPTY,     ADDS_NONE, ADDS_NONE, ADDS_NONE, ADDS_NONE, ADDS_NONE};
+const Form BASE[FORMS] = {EMPTY, EMPTY,     EMPTY,     EMPTY,     EMPTY,     EMPTY,    EMPTY,
+                          EMPTY, EMPTY,     ADDS_NONE, ADDS_NONE, ADDS_NONE, ADDS_NONE, ADDS_NONE};
+// The forms whose every step is a selection of the step's histogram (the same checksum).
+__host__ __device__ constexpr bool selects(Form f) {
+  return f == SELECT || f == SELECT_WALK || f == SELECT_VOTE || f == EVERY_WARP || f == SELECT_CTA ||
+         f == SELECT_2LEVEL;
+}
 constexpr unsigned FAR_PERCENT = 60;  // keys 511 or more steps below M: bin 0 of the window
 
 struct Answer {
@@ -223,6 +238,30 @@ __global__ void __launch_bounds__(THREADS, 2) probe(const unsigned *hists_g, con
     } else if (F == EVERY_WARP) {
       Answer a = warp_select<SELECT>(hist, q, lane);
       sum += a.bin * 3 + a.above + a.total * 7;
+    } else if (F == SELECT_CTA || F == SELECT_2LEVEL) {
+      const unsigned c = hist[BINS - 1 - tid];  // thread order: the bins from the top
+      const unsigned inclusive = inclusive_scan(c, lane);
+      unsigned *tot = totals[rep & 1];
+      if (lane == 31) tot[warp] = inclusive;
+      __syncthreads();
+      const unsigned word = lane < WARPS ? tot[lane] : 0u;
+      const unsigned warps_inclusive = inclusive_scan(word, lane);  // lanes 0 .. 15: warps 0 .. lane
+      const unsigned total = __shfl_sync(FULL, warps_inclusive, WARPS - 1);
+      if (F == SELECT_CTA) {
+        const unsigned first = __shfl_sync(FULL, warps_inclusive - word, warp) + inclusive - c;
+        if (first < q && q <= first + c) answer = make_uint4(BINS - 1 - tid, first, total, 0);
+        __syncthreads();
+        const uint4 got = answer;
+        sum += got.x * 3 + got.y + got.z * 7;
+      } else {
+        const unsigned holder = __ffs(__ballot_sync(FULL, lane < WARPS && warps_inclusive >= q)) - 1;
+        const unsigned before = __shfl_sync(FULL, warps_inclusive - word, holder);
+        const unsigned c2 = hist[BINS - 1 - (holder * 32 + lane)];
+        const unsigned inclusive2 = inclusive_scan(c2, lane) + before;
+        const unsigned l = __ffs(__ballot_sync(FULL, inclusive2 >= q)) - 1;
+        const unsigned above = __shfl_sync(FULL, inclusive2 - c2, l);
+        sum += (BINS - 1 - (holder * 32 + l)) * 3 + above + total * 7;
+      }
     } else if (F == SCAN || F == SCAN_REDUX) {
       const unsigned value = hist[tid] & 31;  // a thread's count, as popc(gt) + (ties << 16)
       sum += exclusive_scan<F>(value, lane, warp, totals[rep & 1]) + q;
@@ -279,7 +318,7 @@ static std::vector<unsigned> expected_sums(const std::vector<unsigned> &hists, c
       total += hist[b];
     }
     for (unsigned t = 0; t < THREADS; ++t) {
-      if (form == SELECT || form == SELECT_WALK || form == SELECT_VOTE || form == EVERY_WARP) {
+      if (selects(form)) {
         sums[t] += bin * 3 + above + total * 7;
       } else if (form == SCAN || form == SCAN_REDUX) {
         unsigned before = 0;
@@ -354,9 +393,10 @@ int main() {
   // run<F> for each form, indexed by Form.
   using Run = long long (*)(const unsigned *, const unsigned *, long long *, unsigned *, int,
                             const std::vector<unsigned> &, const std::vector<unsigned> &);
-  const Run RUN[FORMS] = {run<EMPTY>,      run<SELECT>,    run<SELECT_WALK>, run<SELECT_VOTE>,
-                          run<EVERY_WARP>, run<SCAN>,      run<SCAN_REDUX>,  run<ADDS_NONE>,
-                          run<ADDS>,       run<ADDS_LANE>, run<ADDS_WARP>,   run<ADDS_SPREAD>};
+  const Run RUN[FORMS] = {run<EMPTY>,      run<SELECT>,        run<SELECT_WALK>, run<SELECT_VOTE>,
+                          run<EVERY_WARP>, run<SELECT_CTA>,    run<SELECT_2LEVEL>, run<SCAN>,
+                          run<SCAN_REDUX>, run<ADDS_NONE>,     run<ADDS>,        run<ADDS_LANE>,
+                          run<ADDS_WARP>,  run<ADDS_SPREAD>};
   long long measured[FORMS][2] = {};
   for (int f = 0; f < FORMS; ++f) {
     long long c[2];
