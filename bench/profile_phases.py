@@ -141,8 +141,8 @@ def main(argv=None):
     if args.aot:
         if args.base:
             parser.error("--base compiles a kernel source with the DSL; it does not go with --aot")
-        refused = [f"{name} {config}: {aot_refusal(config)}" for name in args.sets for config in CONFIGS[name]
-                   if aot_refusal(config)]
+        refused = [f"{name} {config}: {why}" for name in args.sets for config in CONFIGS[name]
+                   if (why := aot_refusal(config))]
         if refused:
             raise SystemExit("profile_phases.py --aot: the profile library holds the kernel as built at k 512 and "
                              "2048, so these need the DSL: " + "; ".join(refused))
@@ -324,13 +324,11 @@ CONFIGS["register-short"] = [
                                                                  (1, 8192, 512, False, (2, 8), {})]
 
 
-def dsl_launcher(k, cluster, vectors, block_mode, overrides):
+def dsl_launcher(k, cluster, vectors, block_mode, overrides, threads=None):
     """(launch(logits, lengths, out, trace), threads, trace width) of the profile build
-    compiled with the DSL, the overrides set on it first (`threads`: a thread count other
-    than threads_for's)."""
-    overrides = dict(overrides)
+    compiled with the DSL (threads: a thread count other than threads_for's), the
+    overrides set on it first."""
     own = dtk.threads_for
-    threads = overrides.pop("threads", None)
     if threads is not None:
         dtk.threads_for = lambda c, v=None: threads if c == cluster else own(c, v)
     try:
@@ -354,11 +352,12 @@ def dsl_launcher(k, cluster, vectors, block_mode, overrides):
 def aot_launcher(library, k, cluster, vectors, block_mode):
     """The same from the profile build's AOT library (bench/profile_build.py): its traced
     variant of (k, cluster, vectors, mode), on the stream current at each call."""
+    import profile_build
+
     def launch(logits, lengths, out, trace):
         launch_library(library, torch, "profile library", logits, lengths, out, k, cluster, vectors, block_mode,
                        trace)
-    width = len(policy.TRACE_FIELDS) + len(policy.PROFILE_STAMPS)
-    return launch, policy.threads_for(cluster, vectors), width
+    return launch, policy.threads_for(cluster, vectors), profile_build.TRACE_WIDTH
 
 
 def profile(rows, width, k, block_mode, build, overrides, timer=None, library=None):
@@ -367,11 +366,11 @@ def profile(rows, width, k, block_mode, build, overrides, timer=None, library=No
     cluster, vectors = build
     overrides = dict(overrides)
     data = overrides.pop("data", "rho0.9")
+    threads = overrides.pop("threads", None)
     if library is not None:
         launch, threads, trace_width = aot_launcher(library, k, cluster, vectors, block_mode)
     else:
-        launch, threads, trace_width = dsl_launcher(k, cluster, vectors, block_mode, overrides)
-        overrides.pop("threads", None)
+        launch, threads, trace_width = dsl_launcher(k, cluster, vectors, block_mode, overrides, threads)
     logits = make_logits(torch, data, rows, width, seed=rows * 7 + width)
     lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
     out = torch.full((rows, k), POISON, dtype=torch.int32, device="cuda")
