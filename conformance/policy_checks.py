@@ -120,7 +120,7 @@ def expected_build(rows, width, resident, block_mode=False, k=None):
                 return "1x512x8" if width <= EDGE_1_8 else "1x512x16"
             return "4x1024x8"
         return "2x512x16" if width <= EDGE_2 else "4x1024x8"
-    if width <= EDGE_16:
+    if width <= EDGE_16 and rows > resident(policy.Build(16, 512, 16)):
         return "8x512x16"
     return "16x512x16"
 
@@ -156,7 +156,8 @@ def _edge_problems(p):
         register = register or small
         row_counts = sorted(({1, small - 1, small, small + 1, four - 1, four, four + 1, two - 1, two, two + 1,
                              register - 1, register, register + 1,
-                             stream2 - 1, stream2, stream2 + 1, 2 * large16, 2 * large16 + 1, STREAM_ROWS - 1,
+                             stream2 - 1, stream2, stream2 + 1, large16 - 1, large16, large16 + 1, 2 * large16,
+                             2 * large16 + 1, STREAM_ROWS - 1,
                              STREAM_ROWS, STREAM_ROWS + 1}
                              | {m * n + d for n in (small, two16) for m in range(1, 7) for d in (-1, 0, 1)}) - {0})
         for width in widths:
@@ -225,7 +226,7 @@ def _edge_problems(p):
             problems.append(f"direct_max_length({build.cluster}, {build.vectors}) = "
                             f"{p.direct_max_length(build.cluster, build.vectors)}, SPEC 2.3 and 2.12 say {want}")
     want_builds = {(4, 8): 8, (8, EDGE_8): 8, (8, EDGE_8 + 1): 16, (8, EDGE_16): 16, (8, EDGE_16 + 1): None,
-                   (16, EDGE_MAX): 16, (1, EDGE_1_8): 8, (1, EDGE_1_8 + 1): 16, (1, EDGE_1): 16, (1, EDGE_1 + 1): None,
+                   (16, EDGE_8 + 1): 16, (16, EDGE_MAX): 16, (1, EDGE_1_8): 8, (1, EDGE_1_8 + 1): 16, (1, EDGE_1): 16, (1, EDGE_1 + 1): None,
                    (2, EDGE_1): 8, (2, EDGE_1 + 1): 16, (2, EDGE_2): 16, (2, EDGE_2 + 1): None}
     for (cluster, width), want in want_builds.items():
         if p.vectors_for(width, cluster) != want:
@@ -256,7 +257,7 @@ def _registers_for(width=lambda w, c: w <= c, rows=lambda r, n: True, modes=lamb
 def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width_16=lambda w, c: w <= c,
                  width_1=lambda w, c: w <= c, many=lambda r, n: r > n, width_2=lambda w, c: w <= c,
                  rows_2=lambda r, n: r <= n, first_2=lambda w, c: w <= c, two_vectors=8,
-                 width_4=lambda w, c: w > c, rows_4=lambda r, n: r <= n):
+                 width_4=lambda w, c: w > c, rows_4=lambda r, n: r <= n, rows_16=lambda r, n: r > n):
     def cluster_for(rows, width, resident):
         policy.check_width(width)
         if width_8(width, policy.Build.of(8, 8).capacity):
@@ -272,7 +273,7 @@ def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width
                     return 2
                 return 1 if many(rows, resident(policy.Build.of(4, 8))) else 4
             return 2 if width_2(width, policy.Build.of(2, 16).capacity) else 4
-        if width_16(width, policy.Build.of(8, 16).capacity):
+        if width_16(width, policy.Build.of(8, 16).capacity) and rows_16(rows, resident(policy.Build.of(16, 16))):
             return 8
         return 16
     return {"cluster_for": cluster_for}
@@ -394,6 +395,19 @@ POLICY_MUTANTS = {
     "four_cta_past_65536": ("the 4-CTA rule only past 65,536 logits",
                             lambda: _cluster_for(width_4=lambda w, c: w > policy.Build.of(1, 16).capacity)),
     "width_16_past": ("8x512x16 takes width 524289", lambda: _cluster_for(width_16=lambda w, c: w <= c + 1)),
+    "wide_16_never": ("8x512x16 for every row count up to 524,288 logits (the rule before session 36)",
+                      lambda: _cluster_for(rows_16=lambda r, n: True)),
+    "wide_16_past_resident": ("16x512x16 up to 524,288 logits for rows = its resident clusters + 1",
+                              lambda: _cluster_for(rows_16=lambda r, n: r > n + 1)),
+    "wide_16_strict": ("16x512x16 up to 524,288 logits only while rows < its resident clusters",
+                       lambda: _cluster_for(rows_16=lambda r, n: r >= n)),
+    "wide_16_resident_8": ("the 16-CTA rule up to 524,288 logits asks 8x512x16's residency",
+                           lambda: {"cluster_for": (lambda own: lambda rows, width, resident: own(
+                               rows, width, lambda b: resident(policy.Build.of(8, 16)) if b.cluster == 16
+                               else resident(b)))(policy.cluster_for)}),
+    "vectors_16_by_capacity": ("16 CTAs stage the fewest vectors that hold the row (a 16x512x8 build)",
+                               lambda: {"vector_choices": lambda c: (8,) if policy.threads_for(c) == 1024
+                                        else (8, 16)}),
     "waves_three": ("the 16-CTA build takes three waves", lambda: _max_rows(waves=3)),
     "waves_one": ("the 16-CTA build takes one wave", lambda: _max_rows(waves=1)),
     "waves_edge_strict": ("the wave limit applies from width 524288 (not 524289)",

@@ -88,7 +88,11 @@ def threads_for(cluster, vectors=None):
 
 def vector_choices(cluster):
     """The 16-byte vectors a thread may stage: 8, or 16 at 512 threads (1024 threads
-    leave too few registers for 16)."""
+    leave too few registers for 16); at 16 CTAs only 16, its one build 16x512x16 (it takes
+    the few rows of 262,145-524,288 logits as well, SPEC.md 2.1, and a 16x512x8 would be a
+    build of its own nobody has measured)."""
+    if cluster == 16:
+        return (16,)
     return (8,) if threads_for(cluster) == 1024 else (8, 16)
 
 
@@ -320,7 +324,8 @@ def cluster_for(rows, width, resident):
     32,768 logits while every row's 4-CTA cluster is; else, up to 65,536 logits, 2 while
     every row's 2-CTA cluster is resident, else 1 when the rows outnumber the resident
     4-CTA clusters, else 4; else 2 up to 131,072 logits (in waves past the resident 2-CTA
-    clusters), else 4; 8 up to 524,288 and 16 up to 1,048,576 logits, whatever the rows."""
+    clusters), else 4; up to 524,288 logits 16 while every row's 16-CTA cluster is
+    resident, else 8; 16 up to 1,048,576 logits, whatever the rows."""
     check_width(width)
     if width <= Build.of(8, 8).capacity:
         def two():  # asked only where its answer decides (under the JIT a query compiles the build)
@@ -341,7 +346,10 @@ def cluster_for(rows, width, resident):
         # Up to 131,072 logits 2-CTA clusters, in waves past their resident count: a wave
         # of them holds twice the rows of a wave of 4-CTA clusters (SPEC.md 2.1).
         return 2 if width <= Build.of(2, 16).capacity else 4
-    if width <= Build.of(8, 16).capacity:
+    # Past 262,144 logits a row's load dominates (staging took 7.1k of 20.0k cycles at 1 x
+    # 524288 on 8x512x16): one wave of 16-CTA clusters loads each row over twice the SMs
+    # (1-4 rows x 524288: 0.89-0.99 of 8x512x16's time on the H100, SPEC.md 2.1).
+    if width <= Build.of(8, 16).capacity and rows > resident(Build.of(16, 16)):
         return 8
     return 16
 

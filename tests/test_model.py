@@ -131,7 +131,9 @@ def test_policy_chooses_the_build():
         got = simulate(logits, lengths, 512, False, resident=resident)
         want = simulate(logits, lengths, 512, False, build=build)
         assert all(np.array_equal(a, b) for a, b in zip(got, want))
-    assert resolve_build(3, 300000) == (8, 512, 16)
+    # past 262,144 logits 16x512x16 while every row's 16-CTA cluster is resident, else 8x512x16
+    assert resolve_build(3, 300000) == (16, 512, 16)
+    assert resolve_build(3, 300000, resident=lambda b: 2 if b.cluster == 16 else 3) == (8, 512, 16)
     assert resolve_build(3, 600000) == (16, 512, 16)
     # token rows past the 16-CTA build's two waves stream (on 2x512x4: wider than
     # STREAM_1_WIDTH); block rows there are refused
