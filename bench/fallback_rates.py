@@ -6,7 +6,7 @@ A fallback (underflow) row runs the direct path over the whole row after its sam
 attempt, so a batch pays for its one unlucky row (bench/NOTES.md). Rows: indexer-like
 (conformance.cases.indexer_rows, 32 heads, D 64) or Gaussian, every row full length and
 nothing but logits (no garbage past a length: it would be valid data here), on the build
-the policy picks for 8 rows. Prints the underflow share a point, the median count of
+the policy picks for 8 rows with the H200's resident clusters (aot_loader's table). Prints the underflow share a point, the median count of
 keys at or above the cutoff (G + E: the keys the sampled selection histograms), the share
 of rows whose staged attempt's one pass overflows (K at NARROW_SPAN = 255 or more key
 steps above the cutoff, SPEC.md 2.5), the largest K - cutoff of the rows that did not
@@ -23,6 +23,7 @@ import numpy as np
 from decode_topk.conformance.cases import indexer_rows, normal_bits
 from decode_topk.conformance.trace import q_for
 from decode_topk.kernel import policy
+from decode_topk.kernel.aot_loader import CONSERVATIVE_RESIDENT
 from decode_topk.reference.bits import order_key
 from decode_topk.reference.model import simulate
 
@@ -45,7 +46,7 @@ def main(argv=None):
                 bits = indexer_rows(rng, args.rows, width, float(kind[3:]), 32, 64)
             lengths = np.full(args.rows, width, np.int32)
             tops = order_key(bits).reshape(args.rows, width // 8, 8).max(axis=2).astype(np.int32)
-            build = policy.build_for(8, width, lambda b: 15)
+            build = policy.build_for(8, width, lambda b: CONSERVATIVE_RESIDENT.get(b, 1))
             for k in policy.KS:
                 _, trace = simulate(bits, lengths, k, False, build=build)
                 attempted = trace[:, 3] >= 0  # (a row as short as D takes the direct path at once)

@@ -40,8 +40,9 @@ DTK_NO_VARIANT, DTK_NO_SMEM, DTK_LOAD_FAILED, DTK_BAD_NEXT_N = -1, -2, -3, -4
 # Resident clusters when the library cannot answer the occupancy query (DTK_NO_SMEM or an
 # error): the H200's max active clusters at 128 KB of dynamic shared memory a CTA
 # (../shared/gpu/README.md), the lowest of the measured columns. Conservative, because a
-# smaller count only makes build_for choose 4x1024 earlier (still correct, maybe slower)
-# and makes the 16-CTA build refuse rows sooner. A build not listed counts 1 cluster.
+# smaller count only makes build_for choose 4x1024 (or 8x512x16 over 16x512x16) earlier
+# (still correct, maybe slower) and makes the 16-CTA build refuse rows sooner. A build not
+# listed counts 1 cluster.
 CONSERVATIVE_RESIDENT = {Build.of(8, 8): 15, Build.of(4, 8): 30, Build.of(8, 16): 15, Build.of(16, 16): 7}
 
 
