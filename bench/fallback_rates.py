@@ -6,13 +6,14 @@ A fallback (underflow) row runs the direct path over the whole row after its sam
 attempt, so a batch pays for its one unlucky row (bench/NOTES.md). Rows: indexer-like
 (conformance.cases.indexer_rows, 32 heads, D 64) or Gaussian, every row full length and
 nothing but logits (no garbage past a length: it would be valid data here), on the build
-the policy picks for 8 rows with the H200's resident clusters (aot_loader's table). Prints the underflow share a point, the median count of
-keys at or above the cutoff (G + E: the keys the sampled selection histograms), the share
-of rows whose staged attempt's one pass overflows (K at NARROW_SPAN = 255 or more key
-steps above the cutoff, SPEC.md 2.5), the largest K - cutoff of the rows that did not
-underflow, the median count of vectors whose top is at or above the cutoff (about what
-the attempt queues, SPEC.md 2.7 and 2.12) and the keys at or above the cutoff a vector of
-them: the passes over a queue visit its vectors' 8 keys, of which that many count.
+the policy picks for 8 rows with the H200's resident clusters (aot_loader's table).
+Prints the underflow share a point, the median count of keys at or above the cutoff
+(G + E: the keys the sampled selection histograms), the share of rows whose staged
+attempt's one pass overflows (K at NARROW_SPAN = 255 or more key steps above the cutoff,
+SPEC.md 2.5), the largest K - cutoff of the rows that did not underflow, the median count
+of vectors whose top is at or above the cutoff (about what the attempt queues, SPEC.md
+2.7 and 2.12) and the keys at or above the cutoff a vector of them: the passes over a
+queue visit its vectors' 8 keys, of which that many count.
 """
 
 import argparse

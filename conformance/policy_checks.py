@@ -226,7 +226,8 @@ def _edge_problems(p):
             problems.append(f"direct_max_length({build.cluster}, {build.vectors}) = "
                             f"{p.direct_max_length(build.cluster, build.vectors)}, SPEC 2.3 and 2.12 say {want}")
     want_builds = {(4, 8): 8, (8, EDGE_8): 8, (8, EDGE_8 + 1): 16, (8, EDGE_16): 16, (8, EDGE_16 + 1): None,
-                   (16, EDGE_8 + 1): 16, (16, EDGE_MAX): 16, (1, EDGE_1_8): 8, (1, EDGE_1_8 + 1): 16, (1, EDGE_1): 16, (1, EDGE_1 + 1): None,
+                   (16, EDGE_8 + 1): 16, (16, EDGE_MAX): 16, (1, EDGE_1_8): 8, (1, EDGE_1_8 + 1): 16, (1, EDGE_1): 16,
+                   (1, EDGE_1 + 1): None,
                    (2, EDGE_1): 8, (2, EDGE_1 + 1): 16, (2, EDGE_2): 16, (2, EDGE_2 + 1): None}
     for (cluster, width), want in want_builds.items():
         if p.vectors_for(width, cluster) != want:
