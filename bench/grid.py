@@ -637,7 +637,7 @@ def run(args):
             for n in args.lengths:
                 for r in args.rows:
                     plan += [(kind, r, n, k, False) for k in args.ks]
-                    if n == policy.MAX_WIDTH and not args.ragged:
+                    if (n == policy.MAX_WIDTH or args.block) and not args.ragged:
                         plan.append((kind, r, n, 2048, True))
     path = out_dir / f"grid{args.tag}.json"
     ctx["timer"].warm_gpu()
@@ -1438,6 +1438,8 @@ def main(argv=None):
     r.add_argument("--no-l2", action="store_true", help="skip the L2-resident times (no eviction before replays)")
     r.add_argument("--builds", action="store_true",
                    help="also time every other build that holds the width in one launch, forced (builds_us)")
+    r.add_argument("--block", action="store_true",
+                   help="a block-mode point (k 2048) at every length, not only at 1,048,576")
     p = sub.add_parser("report", help="the PNG and RESULTS.md from run's JSON (any machine; needs matplotlib)")
     add_report_arguments(p)
     args = ap.parse_args(argv)
