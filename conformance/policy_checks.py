@@ -40,15 +40,17 @@ EDGE_STAGE_2 = 32768  # 2x512x4's stage: the same for it
 STREAMED = {"1x512x4": ((EDGE_MAX, EDGE_STAGE), EDGE_STAGE), "2x512x4": ((EDGE_MAX, EDGE_STAGE_2), EDGE_STAGE_2)}
 # The stream rule (SPEC 2.1, 2.12): token batches wider than EDGE_1 logits stream up to
 # STREAM_WIDTH logits where 2x512x16 would take at least WAVE_RATIO times the waves of the
-# streamed build, from STREAM_ROWS rows past it, and past the 16-CTA build's two waves;
-# they take 1x512x4 past the resident 2x512x4 clusters up to EDGE_8 logits (at k = 512 up
-# to EDGE_16 while the rows fit one wave of 1x512x4), else 2x512x4. Measured on the H200
-# (kernel/policy.py's STREAM_ROWS, STREAM_WIDTH, STREAM_1_WIDTH, STREAM_1_WIDTH_K512 and
-# STREAM_WAVE_RATIO): when they change there, change these with them; the edge table
+# streamed build (but not two waves of it past EDGE_TWO_WAVE logits), from STREAM_ROWS rows
+# past it, and past the 16-CTA build's two waves; they take 1x512x4 past the resident
+# 2x512x4 clusters up to EDGE_8 logits (at k = 512 up to EDGE_16 while the rows fit one
+# wave of 1x512x4), else 2x512x4. Measured on the H200 and the H100 (kernel/policy.py's
+# STREAM_ROWS, STREAM_WIDTH, STREAM_1_WIDTH, STREAM_1_WIDTH_K512, STREAM_WAVE_RATIO and
+# STREAM_TWO_WAVE_WIDTH): when they change there, change these with them; the edge table
 # follows them.
 STREAM_ROWS = 32
 STREAM_WIDTH = EDGE_2
 WAVE_RATIO = 2
+EDGE_TWO_WAVE = 106496
 # SPEC 2.12's constants of the streamed builds (change them with SPEC 2.12).
 SPEC_2_12 = {"STREAM_QUEUE": 8192, "STREAM_TILE": 4, "STREAM_DEPTH": 3, "STREAM_VECTORS": 4}
 
@@ -78,13 +80,16 @@ def _resident_table(small, large16, four=None, two=None, two16=None, stream2=Non
 def expected_streams(rows, width, resident, block_mode=False):
     """SPEC 2.1's stream rule: token rows wider than EDGE_1, and up to STREAM_WIDTH where
     the waves of the resident 2x512x16 clusters are at least WAVE_RATIO times those of the
-    streamed build; past it STREAM_ROWS rows or more, or rows past the 16-CTA build's two
+    streamed build, but for two of them past EDGE_TWO_WAVE; past it STREAM_ROWS rows or more, or rows past the 16-CTA build's two
     waves (wider than 8x512x16 holds)."""
     if block_mode or width <= EDGE_1:
         return False
     if width <= STREAM_WIDTH:
+        staged_waves = math.ceil(rows / resident(policy.Build(2, 512, 16)))
+        if width > EDGE_TWO_WAVE and staged_waves == 2:
+            return False
         streamed = resident(policy.Build.parse(expected_stream_build(rows, width, resident)))
-        return math.ceil(rows / resident(policy.Build(2, 512, 16))) >= WAVE_RATIO * math.ceil(rows / streamed)
+        return staged_waves >= WAVE_RATIO * math.ceil(rows / streamed)
     return rows >= STREAM_ROWS or (width > EDGE_16 and rows > 2 * resident(policy.Build(16, 512, 16)))
 
 
@@ -143,7 +148,7 @@ def edge_problems(p=policy):
 def _edge_problems(p):
     problems = []
     edges = (EDGE_TWO_FIRST, EDGE_STAGE, EDGE_STAGE_2, EDGE_1_8, EDGE_1, EDGE_2, EDGE_8, EDGE_16, EDGE_MAX,
-             STREAM_WIDTH)
+             STREAM_WIDTH, EDGE_TWO_WAVE)
     widths = sorted({0, 1, 8, 4096} | {e + d for e in edges for d in (-1, 0, 1)} - {EDGE_MAX + 1})
     for small, large16, four, two, two16, stream2, register in (
             (15, 7, 30, 66, None, None, None), (30, 14, None, None, None, None, None),
@@ -291,14 +296,17 @@ def _max_rows(waves=2, edge=lambda w, c: w <= c, tokens=False):
 
 def _streams_for(modes=lambda block_mode: not block_mode, low=lambda w, c: w > c, wide=lambda w, c: w > c,
                  ratio=lambda staged, streamed: staged >= policy.STREAM_WAVE_RATIO * streamed, two_build=(2, 16),
-                 streamed_build=None, many=lambda r, n: r >= n, past_waves=lambda r, n: r > n):
+                 streamed_build=None, many=lambda r, n: r >= n, past_waves=lambda r, n: r > n,
+                 two_wave=lambda w, c: w > c, two_waves=lambda n: n == 2):
     def streams_for(rows, width, resident, block_mode=False):
         if not modes(block_mode) or not low(width, policy.Build.of(1, 16).stage):
             return False
         if not wide(width, policy.STREAM_WIDTH):
+            staged = policy.waves(rows, resident(policy.Build.of(*two_build)))
+            if two_wave(width, policy.STREAM_TWO_WAVE_WIDTH) and two_waves(staged):
+                return False
             streamed = streamed_build or policy.stream_build_for(rows, width, resident)
-            return ratio(policy.waves(rows, resident(policy.Build.of(*two_build))),
-                         policy.waves(rows, resident(streamed)))
+            return ratio(staged, policy.waves(rows, resident(streamed)))
         if many(rows, policy.STREAM_ROWS):
             return True
         return (width > policy.Build.of(8, 16).stage
@@ -491,6 +499,16 @@ POLICY_MUTANTS = {
                                 lambda: _streams_for(streamed_build=policy.STREAM_2)),
     "stream_waves_2_five": ("rows up to STREAM_WIDTH stream past five waves of 2x512x16 (the rule of session 16)",
                             lambda: _streams_for(ratio=lambda staged, streamed: staged > 5)),
+    "stream_two_wave_never": ("two waves of 2x512x16 stream at every width up to STREAM_WIDTH (the rule before "
+                              "session 36)", lambda: _streams_for(two_wave=lambda w, c: False)),
+    "stream_two_wave_at_edge": ("two waves of 2x512x16 stay staged from 106,496 logits (width >= the edge)",
+                                lambda: _streams_for(two_wave=lambda w, c: w >= c)),
+    "stream_two_wave_past": ("two waves of 2x512x16 stream at 106,497 logits too",
+                             lambda: _streams_for(two_wave=lambda w, c: w > c + 1)),
+    "stream_two_wave_any_width": ("two waves of 2x512x16 never stream, whatever the width",
+                                  lambda: _streams_for(two_wave=lambda w, c: True)),
+    "stream_two_wave_any_waves": ("past 106,496 logits no row count streams up to STREAM_WIDTH (not only two waves)",
+                                  lambda: _streams_for(two_waves=lambda n: n >= 2)),
     "stream_waves_never": ("token rows past the 16-CTA build's two waves stay on it",
                            lambda: _streams_for(past_waves=lambda r, n: False)),
     "stream_waves_at": ("token rows stream at two waves of the 16-CTA build already (rows >= 2 resident)",

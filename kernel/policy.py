@@ -357,7 +357,8 @@ def cluster_for(rows, width, resident):
 # Where token batches stream (SPEC.md 2.1, 2.12; measured on the H200, bench/NOTES.md
 # sessions 9, 10, 16 and 19): STREAM_ROWS rows or more wider than STREAM_WIDTH logits, rows
 # wider than 65,536 logits where 2x512x16 would take at least STREAM_WAVE_RATIO times the
-# waves of the streamed build, and rows past the 16-CTA build's WAVES_16 waves. They take
+# waves of the streamed build (but two past STREAM_TWO_WAVE_WIDTH), and rows past the
+# 16-CTA build's WAVES_16 waves. They take
 # 1x512x4 when 2x512x4's clusters would run in waves and the rows are at most
 # STREAM_1_WIDTH logits wide, else 2x512x4 (past it one CTA's queue of STREAM_QUEUE vectors
 # overflows on crowded rows: about 1 in 256 at 524,288 logits, rho 0.999, k = 2048, and 8%
@@ -379,6 +380,12 @@ STREAM_1_WIDTH_K512 = 524288
 # Session 23, with the L2 prefetches: 0.83-1.035 at 96-128 and 256 rows; 2x512x16 took
 # 0.80-1.006 of 1x512x4's time at 160-192.
 STREAM_WAVE_RATIO = 2
+# Past STREAM_TWO_WAVE_WIDTH logits two waves of 2x512x16 beat one of the stream (bundle
+# 185a9974f3f8, every build forced on two H100s, bench/NOTES.md session 36): at 80-128 rows
+# of 114,688-131,072 logits 2x512x16 took 0.90-1.02 of 1x512x4's time (128 x 131072
+# 0.90-0.92, rho 0.999 included), at 106,496 0.94-1.05, at 98,304 0.99-1.11 (the stream's).
+# More waves of 2x512x16 keep the ratio rule (256 x 131072: 0.98-1.00).
+STREAM_TWO_WAVE_WIDTH = 106496
 
 
 def waves(rows, resident):
@@ -390,15 +397,16 @@ def streams_for(rows, width, resident, block_mode=False):
     """Whether rows x width takes a streamed build (SPEC.md 2.1): token mode only, rows
     wider than 65,536 logits, and STREAM_ROWS rows or more past STREAM_WIDTH logits, or up
     to it where 2x512x16 would run in at least STREAM_WAVE_RATIO times the waves of the
-    streamed build (stream_build_for), or rows past the 16-CTA build's WAVES_16 waves.
-    (resident is asked only where its answer decides: under the JIT a query compiles the
-    build.)"""
+    streamed build (stream_build_for) but for two waves of it past STREAM_TWO_WAVE_WIDTH
+    logits, or rows past the 16-CTA build's WAVES_16 waves. (resident is asked only where
+    its answer decides: under the JIT a query compiles the build.)"""
     if block_mode or width <= Build.of(1, 16).stage:
         return False
     if width <= STREAM_WIDTH:
         staged = resident(Build.of(2, 16))
-        return rows > staged and waves(rows, staged) >= STREAM_WAVE_RATIO * waves(
-            rows, resident(stream_build_for(rows, width, resident)))
+        if rows <= staged or (width > STREAM_TWO_WAVE_WIDTH and waves(rows, staged) == 2):
+            return False
+        return waves(rows, staged) >= STREAM_WAVE_RATIO * waves(rows, resident(stream_build_for(rows, width, resident)))
     if rows >= STREAM_ROWS:
         return True
     return width > Build.of(8, 16).stage and rows > WAVES_16 * resident(Build.of(16, 16))

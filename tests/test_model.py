@@ -142,7 +142,8 @@ def test_policy_chooses_the_build():
         resolve_build(5, 600000, resident=lambda b: 2, block_mode=True)
     # STREAM_ROWS rows wider than STREAM_WIDTH stream in token mode only: on 2x512x4 while
     # its clusters are resident, else on 1x512x4; up to STREAM_WIDTH, rows stream where
-    # 2x512x16 would take at least STREAM_WAVE_RATIO times the streamed build's waves
+    # 2x512x16 would take at least STREAM_WAVE_RATIO times the streamed build's waves (but
+    # two of them past STREAM_TWO_WAVE_WIDTH logits)
     wide = policy.STREAM_WIDTH + 8
     assert resolve_build(policy.STREAM_ROWS, wide) == policy.STREAM_2
     assert resolve_build(policy.STREAM_ROWS, wide, resident=lambda b: 1) == policy.STREAM
@@ -151,7 +152,10 @@ def test_policy_chooses_the_build():
     two16 = policy.Build.of(2, 16)
     resident = lambda b: 2 if b == two16 else 4  # noqa: E731
     assert not resolve_build(2, policy.STREAM_WIDTH, resident=resident).streams  # one wave each
-    assert resolve_build(4, policy.STREAM_WIDTH, resident=resident) == policy.STREAM_2  # two against one
+    # two against one: streamed up to STREAM_TWO_WAVE_WIDTH logits, past it staged
+    assert resolve_build(4, policy.STREAM_TWO_WAVE_WIDTH, resident=resident) == policy.STREAM_2
+    assert not resolve_build(4, policy.STREAM_TWO_WAVE_WIDTH + 8, resident=resident).streams
+    assert not resolve_build(4, policy.STREAM_WIDTH, resident=resident).streams
     assert not resolve_build(5, policy.STREAM_WIDTH, resident=resident).streams  # three against two
     assert resolve_build(8, policy.STREAM_WIDTH, resident=resident) == policy.STREAM  # four against two
     assert not resolve_build(3, policy.Build.of(1, 16).stage, resident=lambda b: 2).streams
