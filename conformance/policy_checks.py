@@ -80,8 +80,8 @@ def _resident_table(small, large16, four=None, two=None, two16=None, stream2=Non
 def expected_streams(rows, width, resident, block_mode=False):
     """SPEC 2.1's stream rule: token rows wider than EDGE_1, and up to STREAM_WIDTH where
     the waves of the resident 2x512x16 clusters are at least WAVE_RATIO times those of the
-    streamed build, but for two of them past EDGE_TWO_WAVE; past it STREAM_ROWS rows or more, or rows past the 16-CTA build's two
-    waves (wider than 8x512x16 holds)."""
+    streamed build, but for two of them past EDGE_TWO_WAVE; past it STREAM_ROWS rows or
+    more, or rows past the 16-CTA build's two waves (wider than 8x512x16 holds)."""
     if block_mode or width <= EDGE_1:
         return False
     if width <= STREAM_WIDTH:
