@@ -3,7 +3,7 @@
     python bench/grid.py run [--out DIR] [--rows 1 8 32 64 128] [--lengths 8192 ... 1048576]
         [--ks 512 2048] [--data rho0.9 rho0.999 gaussian] [--ragged] [--next-n N]
         [--targets] [--budget SECONDS] [--peers .peers [--peer-names NAME ...]
-        [--peer-timeout SECONDS]] [--no-l2]
+        [--peer-timeout SECONDS]] [--no-l2] [--passes N] [--builds] [--block]
     python bench/grid.py report GRID.json [EXTRA.json ...] [--targets TARGETS.json]
         [--png bench/results/grid.png] [--results bench/RESULTS.md] [--data rho0.9]
         [--peer-time topk_us us e2e_us]
@@ -57,7 +57,9 @@ reported and not timed.
 
 Timing: each call replayed from a CUDA graph (so host overhead is not measured), CUDA
 events around it, and before every timed call a 256 MiB write evicts L2 (60 MB), so no
-input is served from L2; median of --reps after --warmup calls. The L2-resident times
+input is served from L2; median of --reps after --warmup calls (taken again while far
+above the fastest replay, settled_median; with --passes N the lowest of N passes'
+medians, lower_of_passes: both for the GPU's slow windows). The L2-resident times
 (`*_l2_us`, peers' `l2_us`; --no-l2 skips them) replay the same graph with no eviction, so
 the logits are in L2 as far as they fit, as they are after the MQA logits kernel has just
 written them; a GPU sleep (L2_SLEEP_CYCLES, no memory traffic) before each keeps the GPU
@@ -107,6 +109,16 @@ FLUSH_BYTES = 256 << 20
 # at 19.6 us where the evicted one took 4.5 (bench/NOTES.md session 11).
 L2_SLEEP_CYCLES = 100_000
 WARM_GPU_S = 1.0  # seconds of GPU work before the first timed point (Timer.warm_gpu)
+# A measurement whose median is more than RETIME_RATIO times its fastest replay is taken
+# again, up to RETIMES more times, and the lowest median kept (Timer.us), alike for every
+# implementation timed. Why: on the H100s of sessions 36-37 a point's replays now and then
+# ran 3-27x slower for milliseconds, the GPU's and not the build's (64 x 8192 k2048:
+# DecodeTopK 170.8 us and its floor 50.1, where the neighbours took 7-9 and its L2-resident
+# replays 6.4; bench/NOTES.md session 37). In session 37's next grid 31 of 195 points
+# retook one or more of their ~20 measurements; a slow window longer than the retakes is
+# left to `run --passes` (lower_of_passes).
+RETIME_RATIO = 1.25
+RETIMES = 2
 # The keys every timed point has (dtk_l2_us and peers are optional: --no-l2, --peers).
 TIMED_KEYS = ("dtk_us", "floor_us", "torch_us", "vs_floor", "vs_torch", "dtk_tb_s", "floor_tb_s")
 # Issue 15's targets: (rows, length, k) -> (target microseconds at rho 0.9: 0.6x of the
@@ -148,6 +160,7 @@ class Timer:
     def __init__(self, torch, warmup, reps):
         self.torch, self.warmup, self.reps = torch, warmup, reps
         self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.retimed = 0  # measurements taken again (settled_median), over the run
 
     def warm_gpu(self, seconds=WARM_GPU_S):
         """Keep the GPU busy (the eviction's writes) for `seconds` before the first point,
@@ -175,10 +188,16 @@ class Timer:
         return graph
 
     def us(self, fn, evict=True):
-        torch = self.torch
         graph = self.graph(fn)
         for _ in range(self.warmup):
             graph.replay()
+        median, retimed = settled_median(lambda: self.replays(graph, evict))
+        self.retimed += retimed
+        return round(median * 1e3, 2)
+
+    def replays(self, graph, evict):
+        """Milliseconds of each of `reps` replays of `graph`."""
+        torch = self.torch
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(self.reps)]
         for start, end in events:
@@ -190,7 +209,21 @@ class Timer:
             graph.replay()
             end.record()
         torch.cuda.synchronize()
-        return round(statistics.median(s.elapsed_time(e) for s, e in events) * 1e3, 2)
+        return [s.elapsed_time(e) for s, e in events]
+
+
+def settled_median(take, ratio=RETIME_RATIO, retimes=RETIMES):
+    """(median, retakes): the median of take()'s samples; while it exceeds `ratio` times
+    their fastest, take() again, at most `retimes` more times, and keep the lowest median
+    (RETIME_RATIO says why)."""
+    best = None
+    for retakes in range(retimes + 1):
+        samples = take()
+        median = statistics.median(samples)
+        best = median if best is None else min(best, median)
+        if median <= ratio * min(samples):
+            break
+    return best, retakes
 
 
 def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
@@ -245,14 +278,10 @@ def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
             torch.topk(logits, k, dim=1)
     rec["floor_us"] = timer.us(floor)
     rec["torch_us"] = timer.us(torch_topk)
-    rec["vs_floor"] = round(rec["dtk_us"] / rec["floor_us"], 2)
     if ctx.get("phys") is not None:  # the GPU's floor (bench/physical_floor.py), one wave over every SM
         rec["phys_floor_us"] = timer.us(lambda: ctx["phys"](logits, lengths, floor_out, k))
-        rec["vs_phys_floor"] = round(rec["dtk_us"] / rec["phys_floor_us"], 2)
-    rec["vs_torch"] = round(rec["dtk_us"] / rec["torch_us"], 3)
-    read_bytes = int(lengths.to(torch.int64).sum()) * 2
-    rec["dtk_tb_s"] = round(read_bytes / rec["dtk_us"] / 1e6, 3)
-    rec["floor_tb_s"] = round(read_bytes / rec["floor_us"] / 1e6, 3)
+    rec["read_bytes"] = int(lengths.to(torch.int64).sum()) * 2
+    derive(rec)
     if ctx["l2"]:
         rec["dtk_l2_us"] = timer.us(dtk, evict=False)
         rec["floor_l2_us"] = timer.us(floor, evict=False)
@@ -262,6 +291,64 @@ def point(ctx, kind, rows, length, k, block_mode, ragged, next_n, seed):
     if ctx["peer_names"]:
         run_peers(ctx, rec, logits, lengths, k, block_mode, stats)
     return rec
+
+
+def derive(rec):
+    """A point's ratios and bandwidths from its times (point, lower_of_passes)."""
+    rec["vs_floor"] = round(rec["dtk_us"] / rec["floor_us"], 2)
+    if "phys_floor_us" in rec:
+        rec["vs_phys_floor"] = round(rec["dtk_us"] / rec["phys_floor_us"], 2)
+    rec["vs_torch"] = round(rec["dtk_us"] / rec["torch_us"], 3)
+    rec["dtk_tb_s"] = round(rec["read_bytes"] / rec["dtk_us"] / 1e6, 3)
+    rec["floor_tb_s"] = round(rec["read_bytes"] / rec["floor_us"] / 1e6, 3)
+
+
+# The times of a point that run --passes takes the lower of (lower_of_passes): DecodeTopK's,
+# the floors', torch.topk's, each forced build's and each peer's.
+POINT_TIMES = ("dtk_us", "floor_us", "torch_us", "phys_floor_us", "dtk_l2_us", "floor_l2_us", "torch_l2_us")
+PEER_TIMES = ("topk_us", "e2e_us", "l2_us", "l2_e2e_us", "plan_us")
+
+
+def lower_of_passes(first, second):
+    """One point's record from two passes over the plan (`run --passes`): each time the
+    lower of the two medians, the ratios made again from them; a point that failed or
+    violated the contract in either pass is that pass's record, and a peer is valid only
+    if it was valid in both. Why: on the H100s of sessions 36-37 some points' replays all
+    ran 3-27x slower for longer than settled_median's retakes (8 x 524288 k512: DecodeTopK
+    108.1 us and its floor 107.6, where the other passes took 17.3 and 9.8; bench/NOTES.md
+    session 37): minutes apart, two passes are not both caught."""
+    for rec in (first, second):
+        if "error" in rec or rec.get("violations") or "dtk_us" not in rec:
+            return rec
+    rec = dict(first, passes=first.get("passes", 1) + 1)
+    _lower(rec, second, POINT_TIMES)
+    if "builds_us" in first:
+        rec["builds_us"] = dict(first["builds_us"])
+        _lower(rec["builds_us"], second.get("builds_us", {}), list(first["builds_us"]))
+    if "peers" in first:
+        rec["peers"] = {}
+        for name, mine in first["peers"].items():
+            other = second.get("peers", {}).get(name)
+            if not (isinstance(mine, dict) and isinstance(other, dict) and "valid" in mine and "valid" in other):
+                rec["peers"][name] = mine
+                continue
+            # the record of a pass where it was not valid (its flag, violations and checks), if any
+            peer = dict(other if mine["valid"] is True and other["valid"] is not True else mine)
+            _lower(peer, other, PEER_TIMES)
+            _lower(peer, mine, PEER_TIMES)
+            rec["peers"][name] = peer
+    retimed = first.get("retimed", 0) + second.get("retimed", 0)
+    if retimed:
+        rec["retimed"] = retimed
+    derive(rec)
+    return rec
+
+
+def _lower(rec, other, keys):
+    """rec[key] = the lower of rec's and other's, for each key both hold as a number."""
+    for key in keys:
+        if _num(rec.get(key)) is not None and _num(other.get(key)) is not None:
+            rec[key] = min(rec[key], other[key])
 
 
 def time_builds(ctx, logits, lengths, seq, k, block_mode, next_n, chosen, stats):
@@ -573,6 +660,9 @@ def phys_launcher(aot, torch):
 
 def run(args):
     t0 = time.perf_counter()
+    if args.passes < 1:
+        print(f"grid.py run: --passes {args.passes}: at least 1", file=sys.stderr)
+        return 2
     peers_mod, peer_names = None, []
     try:  # the peers' arguments first, before torch or the GPU: a bad one is one line
         if args.peers:
@@ -612,7 +702,10 @@ def run(args):
            "full_width_only": {n for n in peer_names if _lengths_ignored(peers_mod, n)},
            "peer_timeout": args.peer_timeout, "deadline": t0 + args.budget, "builds": args.builds}
     info = aot_loader.library_info()
-    timing = f"CUDA graph replay, L2 evicted, median of {args.reps} after {args.warmup}"
+    timing = (f"CUDA graph replay, L2 evicted, median of {args.reps} after {args.warmup} (taken again, up to "
+              f"{RETIMES} times, while above {RETIME_RATIO}x the fastest replay; the lowest kept)")
+    if args.passes > 1:
+        timing += f"; each time the lowest of {args.passes} passes over the points (lower_of_passes)"
     if ctx["l2"]:
         timing += ("; L2-resident (dtk_l2_us, floor_l2_us, torch_l2_us, peers' l2_us): the same without eviction, "
                    "a GPU sleep before each")
@@ -649,7 +742,8 @@ def run(args):
                 current = live.get("rec")
                 if stopped:
                     res["stopped"] = stopped
-                    if current is not None and not any(p is current for p in res["points"]):
+                    if current is not None and not live.get("later_pass") and \
+                            not any(p is current for p in res["points"]):
                         current = json.loads(json.dumps(current))
                         if live.get("peer"):
                             current.setdefault("peers", {})[live["peer"]] = {"error": f"timeout: {stopped}"}
@@ -665,16 +759,22 @@ def run(args):
 
     start_watchdog(live, save, 2 * args.peer_timeout, t0 + args.budget + 30)
     last = 0.0
-    for i, (kind, rows, length, k, block_mode) in enumerate(plan):
+    slots = {}  # plan index -> its point in results["points"] (the first pass's)
+    for n, (i, (kind, rows, length, k, block_mode)) in enumerate(
+            (i, item) for _ in range(args.passes) for i, item in enumerate(plan)):
         started = time.perf_counter()
         if started - t0 + last > args.budget:
-            results["stopped"] = (f"budget {args.budget:g} s: stopped after {i} of {len(plan)} points "
-                                  f"(the next would end past it)")
+            results["stopped"] = (f"budget {args.budget:g} s: stopped after {n} of {args.passes} x {len(plan)} "
+                                  f"points (the next would end past it)")
             break
-        if rows % args.next_n:
+        if rows % args.next_n or (n >= len(plan) and i not in slots):
             continue
+        live["later_pass"] = n >= len(plan)  # a point cut off then keeps its earlier passes' record (save)
+        retimed = ctx["timer"].retimed
         try:
             rec = point(ctx, kind, rows, length, k, block_mode, args.ragged, args.next_n, args.seed + length)
+            if ctx["timer"].retimed > retimed:
+                rec["retimed"] = ctx["timer"].retimed - retimed  # settled_median's retakes in this point
         except Exception as e:  # noqa: BLE001
             rec = {"data": kind, "rows": rows, "length": length, "k": k, "block": block_mode,
                    "mode": "block" if block_mode else "token", "error": _one_line(e, 2000)}
@@ -682,7 +782,11 @@ def run(args):
             if sticky:
                 ctx["stop"] = f"sticky CUDA error at {_where(rec)}: {sticky}"
         last = time.perf_counter() - started
-        results["points"].append(rec)
+        if i in slots:
+            results["points"][slots[i]] = rec = lower_of_passes(results["points"][slots[i]], rec)
+        else:
+            slots[i] = len(results["points"])
+            results["points"].append(rec)
         live["rec"] = None
         save()
         print(json.dumps(_compact(rec)), flush=True)
@@ -1421,6 +1525,9 @@ def main(argv=None):
     r.add_argument("--next-n", type=int, default=1)
     r.add_argument("--targets", action="store_true", help="only issue 15's twelve target points")
     r.add_argument("--warmup", type=int, default=5)
+    r.add_argument("--passes", type=int, default=1,
+                   help="time every point this many times, minutes apart, keeping each time's lowest median "
+                        "(lower_of_passes: the GPU's slow windows)")
     r.add_argument("--reps", type=int, default=30)
     r.add_argument("--seed", type=int, default=6)
     r.add_argument("--budget", type=float, default=1e9,

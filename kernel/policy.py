@@ -358,12 +358,11 @@ def cluster_for(rows, width, resident):
 # sessions 9, 10, 16 and 19): STREAM_ROWS rows or more wider than STREAM_WIDTH logits, rows
 # wider than 65,536 logits where 2x512x16 would take at least STREAM_WAVE_RATIO times the
 # waves of the streamed build (but two past STREAM_TWO_WAVE_WIDTH), and rows past the
-# 16-CTA build's WAVES_16 waves. They take
-# 1x512x4 when 2x512x4's clusters would run in waves and the rows are at most
-# STREAM_1_WIDTH logits wide, else 2x512x4 (past it one CTA's queue of STREAM_QUEUE vectors
-# overflows on crowded rows: about 1 in 256 at 524,288 logits, rho 0.999, k = 2048, and 8%
-# of 1,048,576-logit rows at k = 2048; a batch waits for its slowest row, bench/NOTES.md
-# session 11).
+# 16-CTA build's WAVES_16 waves. They take 1x512x4 when 2x512x4's clusters would run in
+# waves and the rows are at most STREAM_1_WIDTH logits wide, else 2x512x4 (past it one
+# CTA's queue of STREAM_QUEUE vectors overflows on crowded rows: about 1 in 256 at 524,288
+# logits, rho 0.999, k = 2048, and 8% of 1,048,576-logit rows at k = 2048; a batch waits
+# for its slowest row, bench/NOTES.md session 11).
 STREAM_ROWS = 32
 STREAM_WIDTH = 131072
 STREAM_1_WIDTH = 262144
@@ -404,9 +403,10 @@ def streams_for(rows, width, resident, block_mode=False):
         return False
     if width <= STREAM_WIDTH:
         staged = resident(Build.of(2, 16))
-        if rows <= staged or (width > STREAM_TWO_WAVE_WIDTH and waves(rows, staged) == 2):
+        staged_waves = waves(rows, staged)
+        if rows <= staged or (width > STREAM_TWO_WAVE_WIDTH and staged_waves == 2):
             return False
-        return waves(rows, staged) >= STREAM_WAVE_RATIO * waves(rows, resident(stream_build_for(rows, width, resident)))
+        return staged_waves >= STREAM_WAVE_RATIO * waves(rows, resident(stream_build_for(rows, width, resident)))
     if rows >= STREAM_ROWS:
         return True
     return width > Build.of(8, 16).stage and rows > WAVES_16 * resident(Build.of(16, 16))

@@ -382,3 +382,51 @@ def test_report_tables_every_build_forced():
     assert grid.builds_table([p3]) is None
     md = grid.results_md(dict(META, points=[p3]), [dict(META, points=[p1, p2])], Path("x.png"))
     assert "## Every build forced (`run --builds`)" in md and "## more points: rows [32, 64]" in md
+
+
+def test_a_median_far_above_the_fastest_replay_is_taken_again():
+    """Timer.us's settled_median: a steady take is kept at once; a take whose median is
+    more than RETIME_RATIO times its fastest replay (the GPU's slow windows, session 37) is
+    taken again, at most RETIMES more times, and the lowest median is kept."""
+    takes = iter([[10.0, 10.2, 10.1]])
+    assert grid.settled_median(lambda: next(takes)) == (10.1, 0)
+    slow_then_steady = iter([[10.0, 170.0, 171.0], [10.0, 10.4, 10.2]])
+    assert grid.settled_median(lambda: next(slow_then_steady)) == (10.2, 1)
+    always_slow = iter([[10.0, 90.0, 95.0], [10.0, 50.0, 60.0], [10.0, 70.0, 71.0], [1.0, 1.0, 1.0]])
+    assert grid.settled_median(lambda: next(always_slow)) == (50.0, grid.RETIMES)
+    assert grid.RETIMES == 2 and next(always_slow) == [1.0, 1.0, 1.0]  # no fourth take
+
+
+def test_two_passes_keep_each_times_lower_median():
+    """run --passes: lower_of_passes keeps each time's lower median (DecodeTopK, the floors,
+    torch.topk, every forced build and peer) and makes the ratios again from them; a peer
+    is valid only if valid in both passes; a pass that failed or violated is kept as is."""
+    first = _point(8, 524288, 512, 108.0, l2=13.0, peers={
+        "a": {"valid": True, "topk_us": 25.0, "e2e_us": 30.0, "l2_us": 18.0},
+        "b": {"valid": True, "topk_us": 40.0}, "c": "n/a"},
+        read_bytes=8 * 524288 * 2, phys_floor_us=9.5, builds_us={"2x512x4": 39.0, "x": "invalid: 3 rows"})
+    first["floor_us"] = 107.0
+    second = _point(8, 524288, 512, 17.0, l2=14.0, peers={
+        "a": {"valid": True, "topk_us": 26.0, "e2e_us": 29.0, "l2_us": 17.0},
+        "b": {"valid": False, "topk_us": 35.0, "violations": {"order": 1}}, "c": "n/a"},
+        read_bytes=8 * 524288 * 2, phys_floor_us=9.7, builds_us={"2x512x4": 38.0, "x": "invalid: 3 rows"},
+        retimed=2)
+    second["floor_us"] = 9.8
+    rec = grid.lower_of_passes(first, second)
+    assert (rec["dtk_us"], rec["floor_us"], rec["phys_floor_us"], rec["dtk_l2_us"]) == (17.0, 9.8, 9.5, 13.0)
+    assert rec["vs_floor"] == round(17.0 / 9.8, 2) and rec["vs_phys_floor"] == round(17.0 / 9.5, 2)
+    assert rec["dtk_tb_s"] == round(8 * 524288 * 2 / 17.0 / 1e6, 3) and rec["passes"] == 2 and rec["retimed"] == 2
+    assert rec["builds_us"] == {"2x512x4": 38.0, "x": "invalid: 3 rows"}
+    assert rec["peers"]["a"] == {"valid": True, "topk_us": 25.0, "e2e_us": 29.0, "l2_us": 17.0}
+    assert rec["peers"]["b"]["valid"] is False and rec["peers"]["b"]["violations"] == {"order": 1}
+    assert rec["peers"]["b"]["topk_us"] == 35.0 and rec["peers"]["c"] == "n/a"
+    assert first["dtk_us"] == 108.0 and first["peers"]["b"]["valid"] is True  # the passes' records untouched
+    bad = dict(second, violations=3)
+    assert grid.lower_of_passes(first, bad) is bad and grid.lower_of_passes(bad, first) is bad
+    failed = {"data": "rho0.9", "rows": 8, "length": 524288, "k": 512, "error": "boom"}
+    assert grid.lower_of_passes(failed, second) is failed
+
+
+def test_run_refuses_fewer_than_one_pass(tmp_path, capsys):
+    assert grid.main(["run", "--passes", "0", "--out", str(tmp_path / "o")]) == 2
+    assert "--passes 0" in capsys.readouterr().err and not (tmp_path / "o").exists()
