@@ -430,3 +430,33 @@ def test_two_passes_keep_each_times_lower_median():
 def test_run_refuses_fewer_than_one_pass(tmp_path, capsys):
     assert grid.main(["run", "--passes", "0", "--out", str(tmp_path / "o")]) == 2
     assert "--passes 0" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_the_head_start_sleeps_before_a_takes_first_replay():
+    """Timer.replays with --head-start: one GPU sleep of HEAD_START_REPLAYS x L2_SLEEP_CYCLES
+    before the take's first event, then per replay the eviction (or the L2 sleep), the
+    start event, the replay and the end event; without it, no such sleep."""
+    calls = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.i = len(calls)
+
+        def record(self):
+            calls.append("record")
+
+        def elapsed_time(self, end):
+            return 0.01
+
+    cuda = types.SimpleNamespace(Event=Event, _sleep=lambda n: calls.append(("sleep", n)),
+                                 synchronize=lambda: calls.append("sync"))
+    for head_start in (True, False):
+        calls.clear()
+        timer = object.__new__(grid.Timer)
+        timer.torch, timer.reps, timer.head_start = types.SimpleNamespace(cuda=cuda), 2, head_start
+        timer.flush = types.SimpleNamespace(zero_=lambda: calls.append("evict"))
+        graph = types.SimpleNamespace(replay=lambda: calls.append("replay"))
+        assert timer.replays(graph, evict=True) == [0.01, 0.01]
+        replay = ["evict", "record", "replay", "record"]
+        head = [("sleep", grid.HEAD_START_REPLAYS * grid.L2_SLEEP_CYCLES)] if head_start else []
+        assert calls == head + replay * 2 + ["sync"]
