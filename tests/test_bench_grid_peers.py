@@ -460,3 +460,16 @@ def test_the_head_start_sleeps_before_a_takes_first_replay():
         replay = ["evict", "record", "replay", "record"]
         head = [("sleep", grid.HEAD_START_REPLAYS * grid.L2_SLEEP_CYCLES)] if head_start else []
         assert calls == head + replay * 2 + ["sync"]
+
+
+def test_the_timer_probe_helps_without_a_gpu():
+    code = ("import contextlib, io, sys; sys.path.insert(0, 'bench'); import timer_probe\n"
+            "buf = io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf):\n"
+            "    try:\n"
+            "        timer_probe.main(['--help'])\n"
+            "    except SystemExit as e:\n"
+            "        assert e.code == 0, e.code\n"
+            "assert '--head-start' in buf.getvalue() and 'torch' not in sys.modules\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
