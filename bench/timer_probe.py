@@ -18,6 +18,7 @@ import json
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,7 +55,7 @@ def main(argv=None):
                 graph.replay()
 
             begun = time.perf_counter()
-            ms = timer.replays(type("Graph", (), {"replay": staticmethod(replay)}), evict)
+            ms = timer.replays(types.SimpleNamespace(replay=replay), evict)
             enqueue = [b - a for a, b in zip(stamps, stamps[1:])]
             takes.append({"t": round(begun - t0, 4), "evict": evict,
                           "median_us": round(statistics.median(ms) * 1e3, 2), "min_us": round(min(ms) * 1e3, 2),
