@@ -40,6 +40,11 @@ constexpr int CAP = 2048;    // keys above c (and, apart, keys equal to c) a sli
 constexpr int FCAP = 16384;  // keys above c the last CTA gathers (more: the fallback)
 constexpr int SLICE_WORDS = 2 + 2 * CAP;  // gt count, eq count, gt list, eq list
 
+union Lanes {  // a vector's 8 logits, filled lane by lane
+  uint4 v;
+  uint16_t h[8];
+};
+
 __device__ __forceinline__ uint32_t order_key(uint32_t b) {  // SPEC 1.2
   return (b & 0x8000u) ? (~b & 0xFFFFu) : (b | 0x8000u);
 }
@@ -116,9 +121,10 @@ __device__ void zero_hist(Smem &sm) {
 
 // The cutoff's rank among `ns` valid sample keys (step 1).
 __device__ uint32_t sample_rank(uint32_t k, uint32_t n, uint32_t ns) {
-  float q = float(k) * float(ns) / float(n);
-  uint32_t r = uint32_t(ceilf(q + 5.0f * sqrtf(q) + 2.0f));
-  return r;
+  // Rounded step by step, as bench/spread_model.py's NumPy does: nvcc would fuse q + 5 sqrt(q)
+  // into one fma, and 891 (k, n) pairs of k <= 2048 would then take another rank.
+  float q = __fdiv_rn(__fmul_rn(float(k), float(ns)), float(n));
+  return uint32_t(ceilf(__fadd_rn(__fadd_rn(q, __fmul_rn(5.0f, __fsqrt_rn(q))), 2.0f)));
 }
 
 // Write the canonical slots of keys (key, index), presented in index order by get(i), i <
@@ -226,9 +232,10 @@ spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__
     int g = s * C + 8 * (V * threadIdx.x + v);
     mine[v] = g + 8 <= n ? __ldg(reinterpret_cast<const uint4 *>(x + g)) : make_uint4(0, 0, 0, 0);
     if (g < n && g + 8 > n) {  // the row's partial vector, lane by lane
-      uint16_t lanes[8];
-      for (int l = 0; l < 8; ++l) lanes[l] = g + l < n ? x[g + l] : 0;
-      mine[v] = *reinterpret_cast<uint4 *>(lanes);
+      Lanes lanes;
+#pragma unroll
+      for (int l = 0; l < 8; ++l) lanes.h[l] = g + l < n ? x[g + l] : 0;
+      mine[v] = lanes.v;
     }
   }
   const int nvec = (n + 7) / 8;
@@ -236,15 +243,18 @@ spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__
   uint4 sample = sg + 8 <= n ? __ldg(reinterpret_cast<const uint4 *>(x + sg)) : make_uint4(0, 0, 0, 0);
   int sample_valid = min(max(n - sg, 0), 8);
   if (sample_valid < 8) {
-    uint16_t lanes[8];
-    for (int l = 0; l < 8; ++l) lanes[l] = l < sample_valid ? x[sg + l] : 0;
-    sample = *reinterpret_cast<uint4 *>(lanes);
+    Lanes lanes;
+#pragma unroll
+    for (int l = 0; l < 8; ++l) lanes.h[l] = l < sample_valid ? x[sg + l] : 0;
+    sample = lanes.v;
   }
   // The cutoff: the R-th largest sample key, two radix passes over 4,096 keys in registers.
   const uint16_t *sk = reinterpret_cast<const uint16_t *>(&sample);
   zero_hist(sm);
   __syncthreads();
-  for (int l = 0; l < sample_valid; ++l) atomicAdd(&sm.hist[order_key(sk[l]) >> 8], 1u);
+#pragma unroll
+  for (int l = 0; l < 8; ++l)  // unrolled: sk[l] stays in registers
+    if (l < sample_valid) atomicAdd(&sm.hist[order_key(sk[l]) >> 8], 1u);
   __syncthreads();
   if (threadIdx.x < 32) {  // the rank needs the valid samples' count: warp 0 sums first
     uint32_t t = 0;
@@ -259,9 +269,10 @@ spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__
   __syncthreads();
   zero_hist(sm);
   __syncthreads();
-  for (int l = 0; l < sample_valid; ++l) {
+#pragma unroll
+  for (int l = 0; l < 8; ++l) {
     uint32_t key = order_key(sk[l]);
-    if ((key >> 8) == b1) atomicAdd(&sm.hist[key & 255u], 1u);
+    if (l < sample_valid && (key >> 8) == b1) atomicAdd(&sm.hist[key & 255u], 1u);
   }
   __syncthreads();
   select_bin(sm, rank - a1);
@@ -278,7 +289,7 @@ spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__
     eq += g < n && key == c;
   }
   uint32_t tot;
-  uint32_t before = cta_scan(sm, gt | (eq << 16), &tot);  // C <= 32768 keys a slice
+  uint32_t before = cta_scan(sm, gt | (eq << 16), &tot);  // C <= 16384 keys a slice (V <= 4)
   uint32_t *region = ws + 32 * gridDim.x / slices + (long long)(row * slices + s) * SLICE_WORDS;
   uint32_t gtb = before & 0xFFFFu, eqb = before >> 16;
 #pragma unroll
@@ -420,25 +431,30 @@ long long spread_workspace_words(int rows, int width, int vectors) {
 
 int spread_topk_launch(const void *logits, long long stride, const int *lengths, int *out, int rows, int width,
                        int k, int vectors, unsigned *ws, unsigned *stats, cudaStream_t stream) {
+  // What the kernel assumes: k <= CAP (mode B takes up to k ties from one list), rows of
+  // 16-byte aligned vectors (SPEC 1.1), at most one slice a thread for the last CTA.
+  if (k != 512 && k != 1024 && k != 2048) return -1;
+  if (rows < 1 || width < 1 || stride % 8 || reinterpret_cast<uintptr_t>(logits) % 16) return -1;
   int slices = int((width + 4096LL * vectors - 1) / (4096LL * vectors));
-  if (slices > T || rows < 1) return -1;
+  if (slices > T) return -1;
   size_t smem = sizeof(Smem);
   dim3 grid(rows * slices), block(T);
   static bool attributes_set[9];  // once a variant, before any graph capture (the eager warm call)
   auto go = [&](auto kernel) {
     if (!attributes_set[vectors]) {
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      if (err != cudaSuccess) return int(err);
       attributes_set[vectors] = true;
     }
     kernel<<<grid, block, smem, stream>>>(static_cast<const uint16_t *>(logits), stride, lengths, out, width, k,
                                           slices, ws, stats);
+    return int(cudaGetLastError());
   };
   switch (vectors) {
-    case 1: go(spread_topk<1>); break;
-    case 2: go(spread_topk<2>); break;
-    case 4: go(spread_topk<4>); break;
+    case 1: return go(spread_topk<1>);
+    case 2: return go(spread_topk<2>);
+    case 4: return go(spread_topk<4>);
     default: return -2;
   }
-  return int(cudaGetLastError());
 }
 }
