@@ -18,8 +18,8 @@ import spread_model  # noqa: E402
 
 SHAPES = {
     "probe": spread_model.Shape(),
-    # few samples: the cutoff misjudges rows more often (fallback-few), small fcap: mode A's
-    # gather overflows; slices of 4096 with caps of k: a slice's list overflows
+    # 128 samples: the cutoff misjudges rows more often (fallback-few); an fcap of 2048: mode
+    # A's gather overflows wherever more keys than that lie above the cutoff (fallback-overflow)
     "tight": spread_model.Shape(slice_logits=4096, sample_vectors=16, cap=2048, fcap=2048),
 }
 MUST_REACH = {"probe": {"A", "B"}, "tight": {"A", "B", "fallback-overflow", "fallback-few"}}
