@@ -15,12 +15,12 @@ a list, FCAP 16384 keys gathered; smaller ones reach every mode on small rows.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from decode_topk.reference import bits as _bits
+from decode_topk.reference.topk import _row_topk
 
 MODES = ("A", "B", "fallback-overflow", "fallback-few")  # the probe's stats order
 
@@ -51,19 +51,6 @@ def cutoff(keys: np.ndarray, k: int, shape: Shape) -> int:
     return int(np.sort(samples)[::-1][r - 1])
 
 
-def _canonical(keys_of, index_of, k):
-    """SPEC 1.4's slots over candidates already in index order: every key above K and the
-    lowest-index ties, in index order."""
-    order = np.argsort(-keys_of.astype(np.int32), kind="stable")
-    kth = keys_of[order[k - 1]]
-    above = keys_of > kth
-    ties = np.flatnonzero(keys_of == kth)[: k - int(above.sum())]
-    chosen = np.zeros(keys_of.size, dtype=bool)
-    chosen[above] = True
-    chosen[ties] = True
-    return index_of[chosen].astype(np.int32)
-
-
 def spread_row(bits: np.ndarray, length: int, k: int, width: int, shape: Shape = Shape()):
     """(answer int32[k], mode) of one token row under the probe's algorithm."""
     if shape.cap < k:  # mode B takes a prefix of each slice's list of ties: at most k of them
@@ -71,9 +58,7 @@ def spread_row(bits: np.ndarray, length: int, k: int, width: int, shape: Shape =
     keys = _bits.order_key(np.asarray(bits[:length], dtype=np.uint16))
     n = keys.size
     if n <= k:
-        out = np.full(k, -1, dtype=np.int32)
-        out[:n] = np.arange(n)
-        return out, "short"
+        return _row_topk(keys, k, False), "short"
     c = cutoff(keys, k, shape)
     C = shape.slice_logits
     slices = -(-width // C)
@@ -90,11 +75,10 @@ def spread_row(bits: np.ndarray, length: int, k: int, width: int, shape: Shape =
     GT, EQ = sum(gts), sum(eqs)
     overflow = max(gts) > shape.cap
     if not overflow and k <= GT <= shape.fcap:
-        idx = np.concatenate(gt_lists)
-        return _canonical(keys[idx], idx, k), "A"
+        idx = np.concatenate(gt_lists)  # index order: the reference's canonical positions in it
+        return idx[_row_topk(keys[idx], k, False, canonical=True)].astype(np.int32), "A"
     if not overflow and GT < k <= GT + EQ:
         chosen_eq = np.concatenate(eq_lists)[: k - GT]  # the first k - GT ties by index
         return np.sort(np.concatenate(gt_lists + [chosen_eq])).astype(np.int32), "B"
     mode = "fallback-overflow" if overflow or GT > shape.fcap else "fallback-few"
-    idx = np.arange(n)
-    return _canonical(keys, idx, k), mode
+    return _row_topk(keys, k, False, canonical=True), mode

@@ -83,10 +83,9 @@ __device__ uint32_t cta_scan(Smem &sm, uint32_t v, uint32_t *total) {
 }
 
 // Warp 0: the bin b holding the r-th largest of hist[256] (1 <= r <= total) and the count
-// above it; answer[0] = b, answer[1] = above, answer[2] = total. Bins from 255 down are lane
-// order: lane l sums bins 255 - 8l .. 248 - 8l. Callers zero hist, add, __syncthreads first;
-// a __syncthreads after it hands the answer to everyone. r = 0: the caller's rank rule
-// reads answer[2] (the total) instead (select_rank).
+// above it; answer[0] = b, answer[1] = above. Bins from 255 down are lane order: lane l
+// sums bins 255 - 8l .. 248 - 8l. Callers zero hist, add, __syncthreads first; a
+// __syncthreads after it hands the answer to everyone.
 __device__ void select_bin(Smem &sm, uint32_t r) {
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
@@ -99,7 +98,6 @@ __device__ void select_bin(Smem &sm, uint32_t r) {
     uint32_t y = __shfl_up_sync(0xFFFFFFFFu, inc, d);
     if (lane >= d) inc += y;
   }
-  uint32_t total = __shfl_sync(0xFFFFFFFFu, inc, 31);
   uint32_t above = inc - sum;
   if (above < r && r <= inc) {
 #pragma unroll
@@ -112,7 +110,6 @@ __device__ void select_bin(Smem &sm, uint32_t r) {
       above += bins[j];
     }
   }
-  if (lane == 0) sm.answer[2] = total;
 }
 
 __device__ void zero_hist(Smem &sm) {

@@ -19,12 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grid  # noqa: E402
+from spread_model import MODES  # noqa: E402
 
 POINTS = [(1, 1048576, 512), (1, 1048576, 2048), (8, 524288, 512), (8, 524288, 2048),
           (1, 524288, 512), (1, 131072, 2048), (1, 131072, 512), (8, 131072, 2048),
           (32, 32768, 2048), (1, 262144, 512), (4, 1048576, 512), (64, 131072, 2048)]
 DATA = ("rho0.9", "rho0.999", "gaussian")
-MODES = ("A", "B", "fallback-overflow", "fallback-few")
 SLOTS = 264  # two 512-thread CTAs an SM on 132 SMs
 
 
