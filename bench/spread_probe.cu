@@ -208,7 +208,8 @@ __device__ void whole_row(Smem &sm, const uint16_t *row, uint32_t n, uint32_t k,
 template <int V>
 __global__ void __launch_bounds__(T, V <= 2 ? 2 : 1)
 spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__restrict__ lengths, int *out,
-            int width, int k, int slices, uint32_t *ws, uint32_t *stats) {
+            int width, int k, int slices, uint32_t *ws, uint32_t *stats, unsigned long long *stamps,
+            int variant) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem &sm = *reinterpret_cast<Smem *>(smem_raw);
   constexpr int C = 4096 * V;  // logits a slice
@@ -216,6 +217,18 @@ spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__
   const int n = min(max(lengths[row], 0), width);
   const uint16_t *x = logits + row * stride;
   int *o = out + (long long)row * k;
+  // Profile stamps (stamps != nullptr): thread 0's %globaltimer (ns) at each phase's end,
+  // 8 a CTA: start, samples counted, cutoff, slice counted, region written, ticket, gathered
+  // (the last CTA), end (the last CTA).
+  unsigned long long *st = stamps ? stamps + 8ull * blockIdx.x : nullptr;
+  auto stamp = [&](int i) {
+    if (st && threadIdx.x == 0) {
+      unsigned long long t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+      st[i] = t;
+    }
+  };
+  stamp(0);
   if (n <= k) {  // SPEC 1.4's short rows: slice 0 writes them
     if (s == 0)
       for (int j = threadIdx.x; j < k; j += T) o[j] = j < n ? j : -1;
@@ -253,6 +266,7 @@ spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__
   for (int l = 0; l < 8; ++l)  // unrolled: sk[l] stays in registers
     if (l < sample_valid) atomicAdd(&sm.hist[order_key(sk[l]) >> 8], 1u);
   __syncthreads();
+  stamp(1);
   if (threadIdx.x < 32) {  // the rank needs the valid samples' count: warp 0 sums first
     uint32_t t = 0;
     for (int b = threadIdx.x; b < 256; b += 32) t += sm.hist[b];
@@ -275,6 +289,7 @@ spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__
   select_bin(sm, rank - a1);
   __syncthreads();
   const uint32_t c = b1 << 8 | sm.answer[0];
+  stamp(2);
   // 2. This slice's keys above c and equal to c, in index order, into its region.
   const uint16_t *mk = reinterpret_cast<const uint16_t *>(mine);
   uint32_t gt = 0, eq = 0;
@@ -287,6 +302,7 @@ spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__
   }
   uint32_t tot;
   uint32_t before = cta_scan(sm, gt | (eq << 16), &tot);  // C <= 16384 keys a slice (V <= 4)
+  stamp(3);
   uint32_t *region = ws + 32 * gridDim.x / slices + (long long)(row * slices + s) * SLICE_WORDS;
   uint32_t gtb = before & 0xFFFFu, eqb = before >> 16;
 #pragma unroll
@@ -305,8 +321,12 @@ spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__
     region[0] = tot & 0xFFFFu;
     region[1] = tot >> 16;
   }
-  __threadfence();  // every thread's stores before the ticket (release, gpu scope)
+  // variant & 1: no fence a thread; the barrier, then thread 0's release (CUTLASS's
+  // GenericBarrier form: bar.sync orders the CTA's stores before thread 0's, and the
+  // atom's release is cumulative).
+  if (!(variant & 1)) __threadfence();  // every thread's stores before the ticket (release, gpu scope)
   __syncthreads();
+  stamp(4);
   uint32_t *counter = ws + 32 * row;
   if (threadIdx.x == 0) {
     uint32_t ticket;
@@ -314,8 +334,15 @@ spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__
     sm.answer[3] = ticket == uint32_t(slices - 1);
   }
   __syncthreads();
+  stamp(5);
   if (!sm.answer[3]) return;
-  __threadfence();
+  if (variant & 2) {  // timing arm: no last-CTA work (the output is not written)
+    if (threadIdx.x == 0) *counter = 0;
+    stamp(6);
+    stamp(7);
+    return;
+  }
+  if (!(variant & 1)) __threadfence();
   // 3. The last CTA of the row.
   if (threadIdx.x == 0) *counter = 0;  // for the next launch: every CTA of this one has arrived
   const uint32_t *rows_ws = ws + 32 * gridDim.x / slices + (long long)row * slices * SLICE_WORDS;
@@ -338,6 +365,7 @@ spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__
     sm.prefix_eq[slices] = EQ;
   }
   __syncthreads();
+  stamp(6);
   auto slice_of = [&](const uint32_t *prefix, uint32_t i) {  // the slice whose range holds i
     int lo = 0, hi = slices - 1;
     while (lo < hi) {
@@ -413,6 +441,7 @@ spread_topk(const uint16_t *__restrict__ logits, long long stride, const int *__
   } else {
     whole_row(sm, x, n, k, o);
   }
+  stamp(7);
 }
 
 }  // namespace
@@ -426,8 +455,9 @@ long long spread_workspace_words(int rows, int width, int vectors) {
   return 32LL * rows + rows * slices * SLICE_WORDS;
 }
 
-int spread_topk_launch(const void *logits, long long stride, const int *lengths, int *out, int rows, int width,
-                       int k, int vectors, unsigned *ws, unsigned *stats, cudaStream_t stream) {
+int spread_topk_launch_ex(const void *logits, long long stride, const int *lengths, int *out, int rows,
+                          int width, int k, int vectors, unsigned *ws, unsigned *stats,
+                          unsigned long long *stamps, int variant, cudaStream_t stream) {
   // What the kernel assumes: k <= CAP (mode B takes up to k ties from one list), rows of
   // 16-byte aligned vectors (SPEC 1.1), at most one slice a thread for the last CTA.
   if (k != 512 && k != 1024 && k != 2048) return -1;
@@ -444,7 +474,7 @@ int spread_topk_launch(const void *logits, long long stride, const int *lengths,
       attributes_set[vectors] = true;
     }
     kernel<<<grid, block, smem, stream>>>(static_cast<const uint16_t *>(logits), stride, lengths, out, width, k,
-                                          slices, ws, stats);
+                                          slices, ws, stats, stamps, variant);
     return int(cudaGetLastError());
   };
   switch (vectors) {
@@ -453,5 +483,11 @@ int spread_topk_launch(const void *logits, long long stride, const int *lengths,
     case 4: return go(spread_topk<4>);
     default: return -2;
   }
+}
+
+int spread_topk_launch(const void *logits, long long stride, const int *lengths, int *out, int rows, int width,
+                       int k, int vectors, unsigned *ws, unsigned *stats, cudaStream_t stream) {
+  return spread_topk_launch_ex(logits, stride, lengths, out, rows, width, k, vectors, ws, stats, nullptr, 0,
+                               stream);
 }
 }

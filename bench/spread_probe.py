@@ -42,21 +42,23 @@ class Probe:
         self.lib = ctypes.CDLL(str(path))
         self.lib.spread_workspace_words.restype = ctypes.c_longlong
         self.lib.spread_workspace_words.argtypes = [ctypes.c_int] * 3
-        self.lib.spread_topk_launch.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p,
-                                                ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self.lib.spread_topk_launch_ex.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p,
+                                                   ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                                   ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                                   ctypes.c_int, ctypes.c_void_p]
         self.stats = torch.zeros(4, dtype=torch.int32, device="cuda")
 
     def workspace(self, rows, width, v):
         words = self.lib.spread_workspace_words(rows, width, v)
         return self.torch.zeros(words, dtype=self.torch.int32, device="cuda")
 
-    def __call__(self, logits, lengths, k, out, v, ws, stats=False):
+    def __call__(self, logits, lengths, k, out, v, ws, stats=False, stamps=None, variant=0):
         rows, width = logits.shape
-        err = self.lib.spread_topk_launch(logits.data_ptr(), logits.stride(0), lengths.data_ptr(), out.data_ptr(),
-                                          rows, width, k, v, ws.data_ptr(),
-                                          self.stats.data_ptr() if stats else None,
-                                          self.torch.cuda.current_stream().cuda_stream)
+        err = self.lib.spread_topk_launch_ex(logits.data_ptr(), logits.stride(0), lengths.data_ptr(),
+                                             out.data_ptr(), rows, width, k, v, ws.data_ptr(),
+                                             self.stats.data_ptr() if stats else None,
+                                             None if stamps is None else stamps.data_ptr(), variant,
+                                             self.torch.cuda.current_stream().cuda_stream)
         if err:
             raise RuntimeError(f"spread_topk_launch: {err}")
 
@@ -85,6 +87,56 @@ def edge_cases(torch, width, seed=3):
             ("inf", inf, full), ("lengths+nan-past", garbage, lengths)]
 
 
+PROFILE_POINTS = [(1, 131072, 512), (1, 131072, 2048), (1, 1048576, 512), (8, 524288, 512), (32, 32768, 2048)]
+STAMPS = ("start", "samples counted", "cutoff", "slice counted", "written", "ticket", "gathered (last)",
+          "end (last)")
+VARIANTS = {1: "thread 0's release only", 2: "no last-CTA work", 3: "both"}
+
+
+def profile(torch, probe, timer, vectors):
+    """Each CTA's stamps (thread 0's %globaltimer) after an L2 eviction, as microseconds from
+    the first CTA's start (median and largest over the CTAs; the last CTAs' own for its
+    last two), and the variants' times (bench/NOTES.md session 39)."""
+    lines = []
+    for rows, width, k in PROFILE_POINTS:
+        logits = grid.make_logits(torch, "rho0.9", rows, width, 7)
+        lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
+        out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
+        for v in dict.fromkeys([vectors_for(rows, width), *vectors]):
+            ctas = rows * -(-width // (4096 * v))
+            if ctas > 512 * rows:
+                continue
+            ws = probe.workspace(rows, width, v)
+            stamps = torch.zeros(ctas, 8, dtype=torch.int64, device="cuda")
+            best = None
+            for _ in range(5):  # the run with the earliest last end, of five
+                stamps.zero_()
+                timer.flush.zero_()
+                probe(logits, lengths, k, out, v, ws, stamps=stamps)
+                torch.cuda.synchronize()
+                st = stamps.cpu().numpy().astype("int64")
+                span = int(st[:, 7].max() - st[:, 0].min())
+                if best is None or span < best[0]:
+                    best = (span, st)
+            st = best[1]
+            t0 = st[:, 0].min()
+            rel = (st - t0) / 1e3
+            last = st[:, 7] > 0
+            cells = []
+            for i, name in enumerate(STAMPS):
+                col = rel[last, i] if i >= 6 else rel[:, i]
+                cells.append(f"{name} {float(sorted(col)[len(col) // 2]):.2f}/{float(col.max()):.2f}")
+            times = {0: timer.us(lambda: probe(logits, lengths, k, out, v, ws))}
+            for var in VARIANTS:
+                times[var] = timer.us(lambda: probe(logits, lengths, k, out, v, ws, variant=var))
+            line = (f"{rows} x {width} k{k} V{v} ({ctas} CTAs): " + "; ".join(cells) + " | us: " +
+                    ", ".join(f"{VARIANTS.get(var, 'as is')} {t}" for var, t in times.items()))
+            print(line, flush=True)
+            lines.append({"rows": rows, "width": width, "k": k, "v": v, "stamps_us": rel.round(3).tolist(),
+                          "times": {VARIANTS.get(var, "as is"): t for var, t in times.items()}})
+    return lines
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib", default="build/spread_probe.so")
@@ -93,6 +145,8 @@ def main(argv=None):
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--also-vectors", type=int, nargs="*", default=[], choices=(1, 2, 4),
                     help="also check and time these V at every point (beside vectors_for's)")
+    ap.add_argument("--profile", action="store_true",
+                    help="only the stamps and the variants' times at PROFILE_POINTS (rho 0.9)")
     args = ap.parse_args(argv)
 
     import torch
@@ -114,6 +168,11 @@ def main(argv=None):
         return int(bad.sum()), out, want
 
     timer.warm_gpu()
+    if args.profile:
+        results["profile"] = profile(torch, probe, timer, args.also_vectors)
+        if args.out:
+            Path(args.out).write_text(json.dumps(results))
+        return 0
     for k in (512, 2048):
         for width in (131072, 1048576):
             for name, logits, lengths in edge_cases(torch, width):
