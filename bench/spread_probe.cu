@@ -1,6 +1,7 @@
 // A row spread over many independent CTAs, handed over once through global memory
-// (bench/NOTES.md session 38): is it the shape the single long rows need? Plain CUDA C++,
-// a probe of the algorithm, not part of the kernel; token mode, the canonical answer of
+// (bench/NOTES.md session 38): is it the shape the single long rows need? Measured in
+// session 39: exact, and 1.2-3.0x slower than DecodeTopK (its chain of global round
+// trips); dropped. Plain CUDA C++, a probe of the algorithm, not part of the kernel; token mode, the canonical answer of
 // SPEC.md 1.4, checked bit for bit against DecodeTopK by bench/spread_probe.py:
 //
 //     nvcc -O3 -arch=sm_90a -shared -Xcompiler -fPIC -o build/spread_probe.so bench/spread_probe.cu

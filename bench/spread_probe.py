@@ -8,7 +8,10 @@ For each point (rows x width x k, rows at the full width, data as grid.py's) and
 edge rows below, the probe's output is compared with DecodeTopK's (the canonical answer,
 SPEC 1.4) after a poisoned launch and after the timed replays; the probe's last-CTA modes
 (A: the keys above the cutoff selected; B: K is the cutoff; fallbacks) are counted over
-the checked launches. Needs a GPU, main's AOT library and .aot_floor.
+the checked launches. `--profile` instead stamps each phase of every CTA (thread 0's
+%globaltimer) at PROFILE_POINTS and times the probe without its last CTA's work and with
+one release a CTA (bench/NOTES.md session 39: the design was measured slower and
+dropped). Needs a GPU, main's AOT library and .aot_floor.
 """
 
 import argparse
