@@ -18,6 +18,12 @@
 //   reduce2    the kernel's form on 8-16 CTAs: a bin's two threads each take every other
 //              peer (EXCHANGE_SPLIT_CLUSTER), then the cluster barrier
 //   totals     reduce2 without the prefix reductions (what the prefix costs)
+//   reduce2g   reduce2 with generic addresses (mapa.u64 of the bin's generic address,
+//              red.relaxed.cluster.add.u32 on it), session 39: ptxas re-reads the window
+//              register before every shared::cluster reduction of the kernel's form
+//   pairs64    two adjacent bins in one 8-byte word, one red.relaxed.cluster.add.u64 a
+//              pair (a bin's cluster sum stays below 2^32, so no carry crosses), a word's
+//              four threads each taking every fourth peer (session 39)
 //   gather     no remote writes: each CTA's histogram in its own shared memory (double
 //              buffered, so one cluster barrier an exchange suffices), the barrier, then
 //              every CTA reads every peer's 1 KB with 16-byte DSMEM loads (C x 64 of them,
@@ -48,8 +54,9 @@ constexpr int BINS = 256;
 constexpr int REPS = 256;
 constexpr int MAX_C = 16;
 
-enum Form { BARRIER = 0, REDUCE1 = 1, REDUCE2 = 2, GATHER = 3, BULK = 4, TOTALS = 5 };
-static const char *FORM_NAMES[] = {"barrier", "reduce1", "reduce2", "gather", "bulk", "totals"};
+enum Form { BARRIER = 0, REDUCE1 = 1, REDUCE2 = 2, GATHER = 3, BULK = 4, TOTALS = 5, REDUCE2G = 6, PAIRS64 = 7 };
+static const char *FORM_NAMES[] = {"barrier", "reduce1", "reduce2", "gather", "bulk", "totals", "reduce2g",
+                                   "pairs64"};
 
 __device__ __forceinline__ unsigned smem(const void *p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -71,6 +78,16 @@ __device__ __forceinline__ void mbarrier_wait(unsigned mbar, unsigned parity) {
 
 __device__ __forceinline__ void red_cluster(unsigned addr, unsigned value) {
   asm volatile("red.relaxed.cluster.shared::cluster.add.u32 [%0], %1;" ::"r"(addr), "r"(value) : "memory");
+}
+
+__device__ __forceinline__ void red_cluster64(unsigned addr, unsigned long long value) {
+  asm volatile("red.relaxed.cluster.shared::cluster.add.u64 [%0], %1;" ::"r"(addr), "l"(value) : "memory");
+}
+
+__device__ __forceinline__ void red_generic(const void *p, unsigned rank, unsigned value) {
+  unsigned long long remote;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(remote) : "l"(p), "r"(rank));
+  asm volatile("red.relaxed.cluster.add.u32 [%0], %1;" ::"l"(remote), "r"(value) : "memory");
 }
 
 __device__ __forceinline__ unsigned map_rank(const void *p, unsigned rank) {
@@ -127,6 +144,25 @@ probe(long long *cycles, unsigned *sink, unsigned sparsity, bool contiguous) {
           red_cluster(map_rank(&totals[b], p), count);
           if (FORM != TOTALS && rank < p) red_cluster(map_rank(&prefix[b], p), count);
         }
+      }
+      cluster.sync();
+    } else if (FORM == REDUCE2G) {
+      const unsigned b = tid % BINS, part = tid / BINS;
+      for (unsigned p = part; p < C && count != 0; p += 2) {
+        red_generic(&totals[b], p, count);
+        if (rank < p) red_generic(&prefix[b], p, count);
+      }
+      cluster.sync();
+    } else if (FORM == PAIRS64) {
+      const unsigned w = tid % (BINS / 2), part = tid / (BINS / 2);  // 4 parts of 128 words
+      const unsigned long long pair = (static_cast<unsigned long long>(count_of(2 * w + 1, rank, rep, sparsity,
+                                                                                  contiguous)) << 32) |
+                                      count_of(2 * w, rank, rep, sparsity, contiguous);
+      unsigned long long *totals64 = reinterpret_cast<unsigned long long *>(totals);
+      unsigned long long *prefix64 = reinterpret_cast<unsigned long long *>(prefix);
+      for (unsigned p = part; p < C && pair != 0; p += 4) {
+        red_cluster64(map_rank(&totals64[w], p), pair);
+        if (rank < p) red_cluster64(map_rank(&prefix64[w], p), pair);
       }
       cluster.sync();
     } else if (FORM == GATHER) {
@@ -243,18 +279,20 @@ static double run(int C, int clusters, unsigned sparsity, bool contiguous) {
 }
 
 int main() {
-  std::printf("| clusters | C | density | barrier | reduce1 | reduce2 | totals | gather | bulk |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| clusters | C | density | barrier | reduce1 | reduce2 | totals | gather | bulk | reduce2g | pairs64 |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int clusters : {1, 8}) {
     for (int C : {2, 4, 8, 16}) {
       for (unsigned sparsity : {1u, 4u, 16u}) {
         for (bool contiguous : {false, true}) {
           if (sparsity == 1 && contiguous) continue;
-          std::printf("| %d | %d | 1/%u %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", clusters, C, sparsity,
+          std::printf("| %d | %d | 1/%u %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", clusters, C,
+                      sparsity,
                       contiguous ? "contiguous" : "spread", run<BARRIER>(C, clusters, sparsity, contiguous),
                       run<REDUCE1>(C, clusters, sparsity, contiguous), run<REDUCE2>(C, clusters, sparsity, contiguous),
                       run<TOTALS>(C, clusters, sparsity, contiguous), run<GATHER>(C, clusters, sparsity, contiguous),
-                      run<BULK>(C, clusters, sparsity, contiguous));
+                      run<BULK>(C, clusters, sparsity, contiguous), run<REDUCE2G>(C, clusters, sparsity, contiguous),
+                      run<PAIRS64>(C, clusters, sparsity, contiguous));
         }
       }
     }
