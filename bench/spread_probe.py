@@ -106,9 +106,10 @@ def profile(torch, probe, timer, vectors):
         lengths = torch.full((rows,), width, dtype=torch.int32, device="cuda")
         out = torch.empty(rows, k, dtype=torch.int32, device="cuda")
         for v in dict.fromkeys([vectors_for(rows, width), *vectors]):
-            ctas = rows * -(-width // (4096 * v))
-            if ctas > 512 * rows:
+            slices = -(-width // (4096 * v))
+            if slices > 512:  # the last CTA scans one slice a thread
                 continue
+            ctas = rows * slices
             ws = probe.workspace(rows, width, v)
             stamps = torch.zeros(ctas, 8, dtype=torch.int64, device="cuda")
             best = None
