@@ -1,8 +1,9 @@
 // A row spread over many independent CTAs, handed over once through global memory
 // (bench/NOTES.md session 38): is it the shape the single long rows need? Measured in
 // session 39: exact, and 1.2-3.0x slower than DecodeTopK (its chain of global round
-// trips); dropped. Plain CUDA C++, a probe of the algorithm, not part of the kernel; token mode, the canonical answer of
-// SPEC.md 1.4, checked bit for bit against DecodeTopK by bench/spread_probe.py:
+// trips); dropped. Plain CUDA C++, a probe of the algorithm, not part of the kernel; token
+// mode, the canonical answer of SPEC.md 1.4, checked bit for bit against DecodeTopK by
+// bench/spread_probe.py:
 //
 //     nvcc -O3 -arch=sm_90a -shared -Xcompiler -fPIC -o build/spread_probe.so bench/spread_probe.cu
 //
@@ -456,9 +457,11 @@ long long spread_workspace_words(int rows, int width, int vectors) {
   return 32LL * rows + rows * slices * SLICE_WORDS;
 }
 
-int spread_topk_launch_ex(const void *logits, long long stride, const int *lengths, int *out, int rows,
-                          int width, int k, int vectors, unsigned *ws, unsigned *stats,
-                          unsigned long long *stamps, int variant, cudaStream_t stream) {
+// stats, stamps: nullptr or the modes' counts and the profile stamps; variant: 0, or the
+// timing arms' bits (1: one release a CTA, 2: no last-CTA work).
+int spread_topk_launch(const void *logits, long long stride, const int *lengths, int *out, int rows, int width,
+                       int k, int vectors, unsigned *ws, unsigned *stats, unsigned long long *stamps,
+                       int variant, cudaStream_t stream) {
   // What the kernel assumes: k <= CAP (mode B takes up to k ties from one list), rows of
   // 16-byte aligned vectors (SPEC 1.1), at most one slice a thread for the last CTA.
   if (k != 512 && k != 1024 && k != 2048) return -1;
@@ -484,11 +487,4 @@ int spread_topk_launch_ex(const void *logits, long long stride, const int *lengt
     case 4: return go(spread_topk<4>);
     default: return -2;
   }
-}
-
-int spread_topk_launch(const void *logits, long long stride, const int *lengths, int *out, int rows, int width,
-                       int k, int vectors, unsigned *ws, unsigned *stats, cudaStream_t stream) {
-  return spread_topk_launch_ex(logits, stride, lengths, out, rows, width, k, vectors, ws, stats, nullptr, 0,
-                               stream);
-}
-}
+}}

@@ -45,10 +45,10 @@ class Probe:
         self.lib = ctypes.CDLL(str(path))
         self.lib.spread_workspace_words.restype = ctypes.c_longlong
         self.lib.spread_workspace_words.argtypes = [ctypes.c_int] * 3
-        self.lib.spread_topk_launch_ex.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p,
-                                                   ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                                   ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                                   ctypes.c_int, ctypes.c_void_p]
+        self.lib.spread_topk_launch.argtypes = [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p,
+                                                ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                                ctypes.c_void_p]
         self.stats = torch.zeros(4, dtype=torch.int32, device="cuda")
 
     def workspace(self, rows, width, v):
@@ -57,11 +57,10 @@ class Probe:
 
     def __call__(self, logits, lengths, k, out, v, ws, stats=False, stamps=None, variant=0):
         rows, width = logits.shape
-        err = self.lib.spread_topk_launch_ex(logits.data_ptr(), logits.stride(0), lengths.data_ptr(),
-                                             out.data_ptr(), rows, width, k, v, ws.data_ptr(),
-                                             self.stats.data_ptr() if stats else None,
-                                             None if stamps is None else stamps.data_ptr(), variant,
-                                             self.torch.cuda.current_stream().cuda_stream)
+        err = self.lib.spread_topk_launch(logits.data_ptr(), logits.stride(0), lengths.data_ptr(), out.data_ptr(),
+                                          rows, width, k, v, ws.data_ptr(), self.stats.data_ptr() if stats else None,
+                                          None if stamps is None else stamps.data_ptr(), variant,
+                                          self.torch.cuda.current_stream().cuda_stream)
         if err:
             raise RuntimeError(f"spread_topk_launch: {err}")
 
