@@ -487,4 +487,5 @@ int spread_topk_launch(const void *logits, long long stride, const int *lengths,
     case 4: return go(spread_topk<4>);
     default: return -2;
   }
-}}
+}
+}  // extern "C"
