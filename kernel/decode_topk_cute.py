@@ -1345,7 +1345,7 @@ class DecodeTopK:
         return (high << 8) | low, above_high + above_low
 
     # -- the selection (both paths) ----------------------------------------------------
-    def grid_bases(self, sm, lane, warp, rows, masks: cutlass.Constexpr = False):
+    def grid_bases(self, sm, lane, warp, rows):
         """Every warp's scan of the rows x T/32 counts in "grid", in (row, warp) order, which
         is index order (a row: a slot of the queue's vote, a round of the ranked write): lane
         l sums the `per` counts l per .. l per + per - 1 (16 or 8 bytes a load), one
@@ -1357,16 +1357,13 @@ class DecodeTopK:
         warp scans for itself, with no barrier after it; whether warp 0 scanning with a
         barrier after it would be faster, as it is for the selections, is not measured
         apart: SPEC.md 2.10.) Every lane of the warp must call it; counts past the last row
-        in use are summed after every count in use, so they change no base that is read.
-        masks: "grid" holds ballots, each counting its set bits."""
+        in use are summed after every count in use, so they change no base that is read."""
         per = self.grid_per(rows)
         at = sm["grid"] + lane * per * 4
         if per == 2:
             words = list(shared_load_u32x2(at))
         else:
             words = [Int32(w) for h in range(per // 4) for w in shared_load_u32x4(at + h * 16)]
-        if const_expr(masks):
-            words = [popc(w) for w in words]
         mine = words[0]
         for i in range(1, per):
             mine = mine + words[i]
@@ -1393,43 +1390,24 @@ class DecodeTopK:
         (slot, warp) order (every warp its own, grid_bases), and each lane's place among its
         warp's hits. Returns the queue's length. Why not a per-thread scan: that orders the
         queue by thread, then slot, which is not index order, and the ranked write needs
-        index order (SPEC.md 2.7). Why the places by hits: a lane places only its own hits,
-        its next hit slot each round, rounds as many as the warp's busiest lane has hits
-        (its slot's base by a shuffle from the lane grid_bases left it in, the slot's
-        ballot from "grid"), where a loop over every slot took a ballot, a shuffle and a
-        store a slot while few slots hit (~2-4% of vectors on a sampled row). keep_tops
-        (the sampled write's queue, 2.7, which stores each entry's top) keeps the loop over
-        the slots: a top of a slot chosen at run time would be an indexed register."""
+        index order (SPEC.md 2.7)."""
         warps = self.threads // 32
         warp = tid >> 5
         slots = len(tops)  # the staged slots; the direct write's queue: the slots a direct row fills
-        mine = Int32(0)  # bit s: slot s's vector is queued
+        for s in cutlass.range_constexpr(slots):
+            hits = ballot(_pick(tops[s] >= cutoff, 1, 0))
+            if lane == 0:
+                shared_store_u32(sm["grid"] + (s * warps + warp) * 4, popc(hits))
+        cute.arch.sync_threads()
+        before, queued = self.grid_bases(sm, lane, warp, slots)
+        below = (Int32(1) << lane) - 1  # the lanes below this one
         for s in cutlass.range_constexpr(slots):
             hit = _pick(tops[s] >= cutoff, 1, 0)
             hits = ballot(hit)
-            mine = mine | (hit << s)
-            if lane == 0:
-                shared_store_u32(sm["grid"] + (s * warps + warp) * 4, popc(hits) if keep_tops else hits)
-        cute.arch.sync_threads()
-        before, queued = self.grid_bases(sm, lane, warp, slots, not keep_tops)
-        below = (Int32(1) << lane) - 1  # the lanes below this one
-        if const_expr(keep_tops):
-            for s in cutlass.range_constexpr(slots):
-                hit = _pick(tops[s] >= cutoff, 1, 0)
-                hits = ballot(hit)
-                slot = cute.arch.shuffle_sync(before, self.grid_lane(s, warp, slots)) + popc(hits & below)
-                shared_store_u16(sm["queue"] + slot * 2, s * self.threads + tid, hit)
-                # the entry's top, for the sampled write's queue (2.7)
+            slot = cute.arch.shuffle_sync(before, self.grid_lane(s, warp, slots)) + popc(hits & below)
+            shared_store_u16(sm["queue"] + slot * 2, s * self.threads + tid, hit)
+            if const_expr(keep_tops):  # the entry's top, for the sampled write's queue (2.7)
                 shared_store_u16(sm["write_queue"] + slot * 2, tops[s], hit)
-        else:
-            for unused in cutlass.range(cute.arch.warp_redux_sync(popc(mine), "max")):
-                lowest = mine & (0 - mine)  # the lowest set bit (two's complement): the next hit slot; 0: none left
-                s = cutlass.min(popc(lowest - 1), Int32(slots - 1))  # its index (none left: 32, clamped; no store)
-                base = cute.arch.shuffle_sync(before, self.grid_lane(s, warp, slots))
-                hits = shared_load_u32(sm["grid"] + (s * warps + warp) * 4)
-                shared_store_u16(sm["queue"] + (base + popc(hits & below)) * 2, s * self.threads + tid,
-                                 _pick(lowest != 0, 1, 0))
-                mine = mine ^ lowest
         cute.arch.sync_threads()
         return queued
 
