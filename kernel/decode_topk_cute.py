@@ -1345,7 +1345,7 @@ class DecodeTopK:
         return (high << 8) | low, above_high + above_low
 
     # -- the selection (both paths) ----------------------------------------------------
-    def grid_bases(self, sm, lane, warp, rows):
+    def grid_bases(self, sm, lane, warp, rows, masks: cutlass.Constexpr = False):
         """Every warp's scan of the rows x T/32 counts in "grid", in (row, warp) order, which
         is index order (a row: a slot of the queue's vote, a round of the ranked write): lane
         l sums the `per` counts l per .. l per + per - 1 (16 or 8 bytes a load), one
@@ -1357,13 +1357,16 @@ class DecodeTopK:
         warp scans for itself, with no barrier after it; whether warp 0 scanning with a
         barrier after it would be faster, as it is for the selections, is not measured
         apart: SPEC.md 2.10.) Every lane of the warp must call it; counts past the last row
-        in use are summed after every count in use, so they change no base that is read."""
+        in use are summed after every count in use, so they change no base that is read.
+        masks: "grid" holds ballots, each counting its set bits."""
         per = self.grid_per(rows)
         at = sm["grid"] + lane * per * 4
         if per == 2:
             words = list(shared_load_u32x2(at))
         else:
             words = [Int32(w) for h in range(per // 4) for w in shared_load_u32x4(at + h * 16)]
+        if const_expr(masks):
+            words = [popc(w) for w in words]
         mine = words[0]
         for i in range(1, per):
             mine = mine + words[i]
@@ -1384,30 +1387,53 @@ class DecodeTopK:
         return r * ((self.threads // 32) // per) + warp // per
 
     @cute.jit
-    def queue_vectors(self, sm, tid, lane, tops, cutoff, keep_tops: cutlass.Constexpr = False):
+    def queue_vectors(self, sm, tid, lane, tops, cutoff, keep_tops: cutlass.Constexpr = False,
+                      sparse: cutlass.Constexpr = False):
         """Queue this CTA's vectors that can hold a key >= cutoff (by top), in ascending
         local index i = s T + 32 w + l: a ballot a warp and slot, a scan of their counts in
         (slot, warp) order (every warp its own, grid_bases), and each lane's place among its
         warp's hits. Returns the queue's length. Why not a per-thread scan: that orders the
         queue by thread, then slot, which is not index order, and the ranked write needs
-        index order (SPEC.md 2.7)."""
+        index order (SPEC.md 2.7). sparse (the sampled attempt's queue on 4 or more CTAs a
+        row, where ~2-4% of vectors hit): a lane places only its own hits, its next hit
+        slot each round, rounds as many as the warp's busiest lane has hits (its slot's
+        base by a shuffle from the lane grid_bases left it in, the slot's ballot from
+        "grid"), where the loop over every slot takes a ballot, a shuffle and a store a
+        slot. The dense queues keep that loop: the direct write's (up to ~40% of vectors
+        reach K) and the sampled write's (keep_tops: it stores each entry's top, and a top
+        of a slot chosen at run time would be an indexed register), where the busiest lane
+        has hits in most slots and the rounds measured slower (bench/NOTES.md session 41)."""
         warps = self.threads // 32
         warp = tid >> 5
         slots = len(tops)  # the staged slots; the direct write's queue: the slots a direct row fills
-        for s in cutlass.range_constexpr(slots):
-            hits = ballot(_pick(tops[s] >= cutoff, 1, 0))
-            if lane == 0:
-                shared_store_u32(sm["grid"] + (s * warps + warp) * 4, popc(hits))
-        cute.arch.sync_threads()
-        before, queued = self.grid_bases(sm, lane, warp, slots)
-        below = (Int32(1) << lane) - 1  # the lanes below this one
+        mine = Int32(0)  # bit s: slot s's vector is queued (sparse)
         for s in cutlass.range_constexpr(slots):
             hit = _pick(tops[s] >= cutoff, 1, 0)
             hits = ballot(hit)
-            slot = cute.arch.shuffle_sync(before, self.grid_lane(s, warp, slots)) + popc(hits & below)
-            shared_store_u16(sm["queue"] + slot * 2, s * self.threads + tid, hit)
-            if const_expr(keep_tops):  # the entry's top, for the sampled write's queue (2.7)
-                shared_store_u16(sm["write_queue"] + slot * 2, tops[s], hit)
+            if const_expr(sparse):
+                mine = mine | (hit << s)
+            if lane == 0:
+                shared_store_u32(sm["grid"] + (s * warps + warp) * 4, hits if sparse else popc(hits))
+        cute.arch.sync_threads()
+        before, queued = self.grid_bases(sm, lane, warp, slots, sparse)
+        below = (Int32(1) << lane) - 1  # the lanes below this one
+        if const_expr(sparse):
+            for unused in cutlass.range(cute.arch.warp_redux_sync(popc(mine), "max")):
+                lowest = mine & (0 - mine)  # the lowest set bit (two's complement): the next hit slot; 0: none left
+                s = cutlass.min(popc(lowest - 1), Int32(slots - 1))  # its index (none left: 32, clamped; no store)
+                base = cute.arch.shuffle_sync(before, self.grid_lane(s, warp, slots))
+                hits = shared_load_u32(sm["grid"] + (s * warps + warp) * 4)
+                shared_store_u16(sm["queue"] + (base + popc(hits & below)) * 2, s * self.threads + tid,
+                                 _pick(lowest != 0, 1, 0))
+                mine = mine ^ lowest
+        else:
+            for s in cutlass.range_constexpr(slots):
+                hit = _pick(tops[s] >= cutoff, 1, 0)
+                hits = ballot(hit)
+                slot = cute.arch.shuffle_sync(before, self.grid_lane(s, warp, slots)) + popc(hits & below)
+                shared_store_u16(sm["queue"] + slot * 2, s * self.threads + tid, hit)
+                if const_expr(keep_tops):  # the entry's top, for the sampled write's queue (2.7)
+                    shared_store_u16(sm["write_queue"] + slot * 2, tops[s], hit)
         cute.arch.sync_threads()
         return queued
 
@@ -1725,7 +1751,8 @@ class DecodeTopK:
         narrow = attempt  # the sampled attempt: one pass (2.5, 2.12)
         queued = count
         if const_expr(attempt and not streamed):
-            queued = self.queue_vectors(sm, tid, lane, tops, lo, self.sampled_write_queue)
+            queued = self.queue_vectors(sm, tid, lane, tops, lo, self.sampled_write_queue,
+                                           not self.sampled_write_queue)
             self.stamp(trace_row, rank, tid, "queued")
         status = Int32(0)
         if const_expr(top_key is not None):
