@@ -1,6 +1,6 @@
 """Case generators that steer SPEC.md part 2's algorithm: the underflow fallback and its
 boundary, crowded survivors, ties at the cutoff, the path thresholds, the masked last
-vector and the pinned block; on the streamed builds (1x512x4 and 2x512x4, SPEC.md 2.12)
+vector and the pinned block; on the streamed builds (1x512x4, 2x512x4 and 4x512x4, SPEC.md 2.12)
 each CTA's queue of vectors at its capacity and one past it, its overflow (in one CTA, in
 every CTA, over the row but in no CTA), the vectors of top == cutoff it truncates at k, and
 the underflow.
@@ -17,10 +17,11 @@ it. Then G (keys above the cutoff) is the number of values placed above 1.0 and 
 equal to it) the number of 1.0s: G + E, and so the fallback, are chosen by the generator.
 
 A *vector-controlled* row (`controlled_vector_row`) steers the cutoff the same way on the
-streamed builds' sample positions (1 and 2 CTAs) and places each value above 1.0 and each
-1.0 in a vector of its own, half by half (the halves are 2x512x4's chunks), so that each
-CTA's vectors of top above and equal to the cutoff (GV_c, EV_c: SPEC.md 2.12), and so its
-queue Q_c = GV_c + min(EV_c, k), are the generator's at 1 and at 2 CTAs.
+streamed builds' sample positions (1 and 2 CTAs, and 4 where asked) and places each value
+above 1.0 and each 1.0 in a vector of its own, part by part (two parts: 2x512x4's chunks;
+four: 4x512x4's), so that each CTA's vectors of top above and equal to the cutoff (GV_c,
+EV_c: SPEC.md 2.12), and so its queue Q_c = GV_c + min(EV_c, k), are the generator's at
+1, 2 (and, with four parts, 4) CTAs.
 """
 
 import numpy as np
@@ -120,21 +121,23 @@ def make_narrow_overflow(rng, width, specs):
     return logits, np.array([s[0] for s in specs])
 
 
-STREAM_CLUSTERS = (1, 2)  # the streamed builds' CTAs a row: the sample positions vector rows steer
+STREAM_CLUSTERS = (1, 2)  # the CTAs a row whose sample positions vector rows steer by default
+STREAM_CLUSTERS_4 = (1, 2, 4)  # and those of the four-part rows (4x512x4's too)
 
 
-def controlled_vector_row(rng, width, length, halves, k_max=2048):
-    """A token row whose sampled cutoff is 1.0 on the streamed builds (1 and 2 CTAs a
-    row), with halves = ((gv_0, ev_0), (gv_1, ev_1)): half h (2x512x4's chunk h, vectors
-    [h nv // 2, (h + 1) nv // 2)) holds exactly gv_h vectors whose top is above 1.0 (one
-    value above it each, at no sample position) and ev_h whose top is 1.0 (one 1.0 each,
-    the q + 2 sample positions of each cluster size that steer the cutoff among them);
-    every other logit lies below 1.0. So G = gv_0 + gv_1 and E = ev_0 + ev_1."""
+def controlled_vector_row(rng, width, length, parts, k_max=2048, clusters=STREAM_CLUSTERS):
+    """A token row whose sampled cutoff is 1.0 at each cluster size of `clusters` (the
+    streamed builds' CTAs a row), with parts = ((gv_0, ev_0), (gv_1, ev_1), ...): part h
+    of P (vectors [h nv // P, (h + 1) nv // P): 2x512x4's chunk h at P = 2, 4x512x4's at P
+    = 4) holds exactly gv_h vectors whose top is above 1.0 (one value above it each, at no
+    sample position) and ev_h whose top is 1.0 (one 1.0 each, the q + 2 sample positions
+    of each cluster size that steer the cutoff among them); every other logit lies below
+    1.0. So G is the sum of the gv_h and E of the ev_h."""
     row = _background(rng, width)
     row[length:] = _garbage(rng, width - length)
     nv = -(-length // 8)
     q = q_for(length, k_max)
-    sets = [sample_positions(length, c) for c in STREAM_CLUSTERS]
+    sets = [sample_positions(length, c) for c in clusters]
     sampled = np.zeros(8 * nv, bool)
     sampled[np.concatenate(sets)] = True
     picks = set()
@@ -158,14 +161,14 @@ def controlled_vector_row(rng, width, length, halves, k_max=2048):
     free[np.fromiter(vectors, np.int64, len(vectors))] = False
     picked = np.zeros(nv, bool)
     picked[np.fromiter(vectors, np.int64, len(vectors))] = True
-    for h, (gv, ev) in enumerate(halves):
-        lo, hi = h * nv // 2, (h + 1) * nv // 2
+    for h, (gv, ev) in enumerate(parts):
+        lo, hi = h * nv // len(parts), (h + 1) * nv // len(parts)
         extra = ev - int(picked[lo:hi].sum())
         if extra < 0:
-            raise ValueError(f"half {h}: ev = {ev} is below its {ev - extra} vectors of steering samples")
+            raise ValueError(f"part {h}: ev = {ev} is below its {ev - extra} vectors of steering samples")
         candidates = lo + np.flatnonzero(free[lo:hi])
         if candidates.size < gv + extra:
-            raise ValueError(f"half {h}: {candidates.size} free vectors for {gv + extra} values")
+            raise ValueError(f"part {h}: {candidates.size} free vectors for {gv + extra} values")
         chosen = rng.choice(candidates, size=gv + extra, replace=False)
         score = np.where(lanes[chosen], rng.random((chosen.size, 8)), -1.0)  # a random free lane each
         where = 8 * chosen + score.argmax(axis=1)
@@ -174,9 +177,10 @@ def controlled_vector_row(rng, width, length, halves, k_max=2048):
     return row
 
 
-def make_vector_controlled(rng, width, specs):
-    """Rows of controlled_vector_row, one a (length, (gv_0, ev_0), (gv_1, ev_1)) spec."""
-    logits = np.stack([controlled_vector_row(rng, width, length, halves) for length, *halves in specs])
+def make_vector_controlled(rng, width, specs, clusters=STREAM_CLUSTERS):
+    """Rows of controlled_vector_row, one a (length, (gv_0, ev_0), (gv_1, ev_1), ...) spec."""
+    logits = np.stack([controlled_vector_row(rng, width, length, parts, clusters=clusters)
+                       for length, *parts in specs])
     return logits, np.array([s[0] for s in specs])
 
 
@@ -405,6 +409,20 @@ STREAM_SPECS = (
     (L_STREAM, (100, 156), (100, 156)),  # G + E = 512: sampled at k = 512, underflow above
     (L_STREAM, (1000, 524), (0, 524)),  # G + E = 2048: sampled at every k
 )
+# 4x512x4 (SPEC.md 2.12): rows of W_STREAM_4 logits, whose four chunks (the parts) hold
+# more than STREAM_QUEUE vectors each (nv = 34,816: 8,704 a CTA), so each CTA of 4x512x4
+# may overflow alone; the cutoff is steered at 4 CTAs too (STREAM_CLUSTERS_4).
+W_STREAM_4 = 278536
+L_STREAM_4 = 278528
+STREAM_4_SPECS = (
+    # k = 2048: CTA 0's queue at STREAM_QUEUE (and at 1 and 2 CTAs the row's and the half's)
+    (L_STREAM_4, (6144, 2100), (0, 100), (0, 100), (0, 100)),
+    (L_STREAM_4, (6145, 2100), (0, 100), (0, 100), (0, 100)),  # k = 2048: Q_0 = 8,193: overflow
+    (L_STREAM_4 - 5, (100, 100), (100, 100), (100, 100), (8300, 100)),  # the last CTA's queue alone overflows
+    (L_STREAM_4, (4500, 100), (4500, 100), (100, 100), (100, 100)),  # every queue of 4 fits; of 2 and 1 not
+    (L_STREAM_4 - 3, (0, 2100), (0, 100), (300, 100), (0, 100)),  # G < k <= G + E at k = 2048: K = cutoff
+    (L_STREAM_4 - 1, (100, 100), (0, 100), (0, 100), (0, 100)),  # G + E = 500: underflow at every k
+)
 # The same at the widest row (full level).
 W_STREAM_WIDE = 1048576
 STREAM_WIDE_SPECS = (
@@ -414,10 +432,11 @@ STREAM_WIDE_SPECS = (
     (W_STREAM_WIDE - 7, (300, 1000), (0, 2000)),
     (W_STREAM_WIDE, (200, 150), (0, 150)),
 )
-# Around each streamed build's stage D (16,384 and 32,768): direct up to it, streamed past
-# it, masked last vectors either side; the 1-CTA build's stage rows in both modes (a block
-# row of 16,384 logits fills its four slots).
-STREAM_BOUNDARY_LENGTHS = (16383, 16384, 16385, 16387, 16392, 16393, 32767, 32768, 32769, 32771, 32776, 32777)
+# Around each streamed build's stage D (16,384, 32,768 and 65,536): direct up to it, streamed
+# past it, masked last vectors either side; the 1-CTA build's stage rows in both modes (a
+# block row of 16,384 logits fills its four slots).
+STREAM_BOUNDARY_LENGTHS = (16383, 16384, 16385, 16387, 16392, 16393, 32767, 32768, 32769, 32771, 32776, 32777,
+                           65535, 65536, 65537, 65539, 65544, 65545)
 STAGE_LENGTHS = (16384, 16383, 16377, 12289, 12296, 4097, 0)
 # One value a row (make_one_value_rows): past both stages, each chunk of 2x512x4 more than
 # STREAM_QUEUE vectors in most rows, whose queues nonetheless hold k vectors only.
@@ -457,32 +476,38 @@ def controlled_intent(specs):
     return intent
 
 
-def queues_of(halves, cluster, k):
-    """Q_c = GV_c + min(EV_c, k) of a vector-controlled row's CTAs at 1 or 2 CTAs a row."""
-    if cluster == 1:
-        return [sum(gv for gv, _ in halves) + min(sum(ev for _, ev in halves), k)]
-    return [gv + min(ev, k) for gv, ev in halves]
+def queues_of(parts, cluster, k):
+    """Q_c = GV_c + min(EV_c, k) of a vector-controlled row's CTAs at `cluster` CTAs a row
+    (each CTA's chunk the union of len(parts) / cluster consecutive parts), or None where
+    the parts do not split into the CTAs' chunks (more CTAs than parts)."""
+    if len(parts) % cluster:
+        return None
+    per = len(parts) // cluster
+    groups = [parts[c * per:(c + 1) * per] for c in range(cluster)]
+    return [sum(gv for gv, _ in g) + min(sum(ev for _, ev in g), k) for g in groups]
 
 
-def vector_intent(specs):
-    """Rows of make_vector_controlled: direct up to the build's direct_max_length; past it
-    on the streamed builds overflow (2, 1) when some CTA's Q_c exceeds STREAM_QUEUE, else
-    underflow (2, 2) when G + E < k, else sampled (1, 0); on another build of 1 or 2 CTAs
-    (the cutoff steered, no queue) underflow or sampled; elsewhere a sampled attempt (any
-    outcome)."""
+def vector_intent(specs, clusters=STREAM_CLUSTERS):
+    """Rows of make_vector_controlled (made with the same `clusters`): direct up to the
+    build's direct_max_length; past it, where the build's CTAs a row are among `clusters`
+    (the cutoff steered): on the streamed builds overflow (2, 1) when some CTA's Q_c
+    exceeds STREAM_QUEUE (any outcome of the attempt where the parts do not give the
+    CTAs' queues), else underflow (2, 2) when G + E < k, else sampled (1, 0); on another
+    build (no queue) underflow or sampled; elsewhere a sampled attempt (any outcome)."""
     def intent(build, k):
         build = Build.parse(build)
         rows = []
-        for length, *halves in specs:
-            ge = sum(gv + ev for gv, ev in halves)
+        for length, *parts in specs:
+            ge = sum(gv + ev for gv, ev in parts)
+            queues = queues_of(parts, build.cluster, k)
             if length <= _direct_max(build):
                 rows.append((2, 0))
-            elif build.streams and max(queues_of(halves, build.cluster, k)) > STREAM_QUEUE:
-                rows.append((2, 1))
-            elif build.cluster in STREAM_CLUSTERS:
-                rows.append((2, 2) if ge < k else (1, 0))
-            else:
+            elif build.cluster not in clusters or (build.streams and queues is None):
                 rows.append((1, None))
+            elif build.streams and max(queues) > STREAM_QUEUE:
+                rows.append((2, 1))
+            else:
+                rows.append((2, 2) if ge < k else (1, 0))
         return rows
     return intent
 

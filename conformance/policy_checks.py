@@ -36,17 +36,20 @@ EDGE_REGISTER = 8192  # the register build 1x512x2's token rows (SPEC 2.13)
 REGISTER_BUILD = "1x512x2"  # one CTA of 512 threads, two vectors a thread in registers
 EDGE_STAGE = 16384  # 1x512x4's stage (SPEC 2.12): its block rows' capacity and its D
 EDGE_STAGE_2 = 32768  # 2x512x4's stage: the same for it
+EDGE_STAGE_4 = 65536  # 4x512x4's stage: the same for it
 # The streamed builds (SPEC 2.1, 2.12): their names, (token, block) capacities and D.
-STREAMED = {"1x512x4": ((EDGE_MAX, EDGE_STAGE), EDGE_STAGE), "2x512x4": ((EDGE_MAX, EDGE_STAGE_2), EDGE_STAGE_2)}
+STREAMED = {"1x512x4": ((EDGE_MAX, EDGE_STAGE), EDGE_STAGE), "2x512x4": ((EDGE_MAX, EDGE_STAGE_2), EDGE_STAGE_2),
+            "4x512x4": ((EDGE_MAX, EDGE_STAGE_4), EDGE_STAGE_4)}
 # The stream rule (SPEC 2.1, 2.12): token batches wider than EDGE_1 logits stream up to
 # STREAM_WIDTH logits where 2x512x16 would take at least WAVE_RATIO times the waves of the
 # streamed build (but not two waves of it past EDGE_TWO_WAVE logits), from STREAM_ROWS rows
-# past it, and past the 16-CTA build's two waves; they take 1x512x4 past the resident
-# 2x512x4 clusters up to EDGE_8 logits (at k = 512 up to EDGE_16 while the rows fit one
-# wave of 1x512x4), else 2x512x4. Measured on the H200 and the H100 (kernel/policy.py's
-# STREAM_ROWS, STREAM_WIDTH, STREAM_1_WIDTH, STREAM_1_WIDTH_K512, STREAM_WAVE_RATIO and
-# STREAM_TWO_WAVE_WIDTH): when they change there, change these with them; the edge table
-# follows them.
+# past it, and past the 16-CTA build's two waves; they take 4x512x4 past EDGE_16 logits
+# while every row's 4-CTA cluster is resident, else 1x512x4 past the resident 2x512x4
+# clusters up to EDGE_8 logits (at k = 512 up to EDGE_16 while the rows fit one wave of
+# 1x512x4), else 2x512x4. Measured on the H200 and the H100 (kernel/policy.py's
+# STREAM_ROWS, STREAM_WIDTH, STREAM_1_WIDTH, STREAM_1_WIDTH_K512, STREAM_4_WIDTH,
+# STREAM_WAVE_RATIO and STREAM_TWO_WAVE_WIDTH): when they change there, change these with
+# them; the edge table follows them.
 STREAM_ROWS = 32
 STREAM_WIDTH = EDGE_2
 WAVE_RATIO = 2
@@ -55,16 +58,19 @@ EDGE_TWO_WAVE = 106496
 SPEC_2_12 = {"STREAM_QUEUE": 8192, "STREAM_TILE": 4, "STREAM_DEPTH": 3, "STREAM_VECTORS": 4}
 
 
-def _resident_table(small, large16, four=None, two=None, two16=None, stream2=None, register=None):
+def _resident_table(small, large16, four=None, two=None, two16=None, stream2=None, register=None, stream4=None):
     """resident(build): `small` clusters of each 8-CTA build (and of the 4-CTA and 2-CTA
     ones unless `four` or `two` is given, and of the 1-CTA ones), `large16` of 16x512x16;
-    `two16`, if given, of 2x512x16 alone and `stream2` of 2x512x4 alone (so a policy that
-    asks the wrong 2-CTA build is seen), `register` of the register build alone."""
+    `two16`, if given, of 2x512x16 alone, `stream2` of 2x512x4 alone and `stream4` of
+    4x512x4 alone (so a policy that asks the wrong 2- or 4-CTA build is seen), `register`
+    of the register build alone."""
     def resident(build):
         if build.name == REGISTER_BUILD and register:
             return register
         if build.cluster == 16:
             return large16
+        if build.cluster == 4 and build.vectors == 4 and stream4:
+            return stream4
         if build.cluster == 4 and four:
             return four
         if build.cluster == 2 and build.vectors == 16 and two16:
@@ -94,9 +100,12 @@ def expected_streams(rows, width, resident, block_mode=False):
 
 
 def expected_stream_build(rows, width, resident, k=None):
-    """Which streamed build a streaming batch takes: 1x512x4 when the rows outnumber the
-    resident 2x512x4 clusters and are at most EDGE_8 logits wide, or at k = 512 at most
-    EDGE_16 wide and no more than the resident 1x512x4 CTAs; else 2x512x4."""
+    """Which streamed build a streaming batch takes: 4x512x4 past EDGE_16 logits while the
+    rows are no more than the resident 4x512x4 clusters; else 1x512x4 when the rows
+    outnumber the resident 2x512x4 clusters and are at most EDGE_8 logits wide, or at k =
+    512 at most EDGE_16 wide and no more than the resident 1x512x4 CTAs; else 2x512x4."""
+    if width > EDGE_16 and rows <= resident(policy.Build(4, 512, 4)):
+        return "4x512x4"
     if rows <= resident(policy.Build(2, 512, 4)):
         return "2x512x4"
     one_wave = rows <= resident(policy.Build(1, 512, 4))
@@ -150,17 +159,21 @@ def _edge_problems(p):
     edges = (EDGE_TWO_FIRST, EDGE_STAGE, EDGE_STAGE_2, EDGE_1_8, EDGE_1, EDGE_2, EDGE_8, EDGE_16, EDGE_MAX,
              STREAM_WIDTH, EDGE_TWO_WAVE)
     widths = sorted({0, 1, 8, 4096} | {e + d for e in edges for d in (-1, 0, 1)} - {EDGE_MAX + 1})
-    for small, large16, four, two, two16, stream2, register in (
-            (15, 7, 30, 66, None, None, None), (30, 14, None, None, None, None, None),
-            (1, 1, None, None, None, None, None), (15, 7, 30, 20, None, None, None),
-            (15, 7, 30, 66, 40, None, None), (15, 7, 30, 66, 40, 50, None), (15, 7, 30, 66, 60, 20, None),
-            (70, 40, None, None, None, None, None), (132, 7, 30, 66, None, None, None),
-            (132, 7, 30, 66, 40, 90, None), (15, 7, 30, 66, None, None, 132), (132, 7, 30, 66, 40, 90, 50)):
-        resident = _resident_table(small, large16, four, two, two16, stream2, register)
+    for small, large16, four, two, two16, stream2, register, stream4 in (
+            (15, 7, 30, 66, None, None, None, None), (30, 14, None, None, None, None, None, None),
+            (1, 1, None, None, None, None, None, None), (15, 7, 30, 20, None, None, None, None),
+            (15, 7, 30, 66, 40, None, None, None), (15, 7, 30, 66, 40, 50, None, None),
+            (15, 7, 30, 66, 60, 20, None, None), (70, 40, None, None, None, None, None, None),
+            (132, 7, 30, 66, None, None, None, None), (132, 7, 30, 66, 40, 90, None, None),
+            (15, 7, 30, 66, None, None, 132, None), (132, 7, 30, 66, 40, 90, 50, None),
+            (15, 7, 30, 66, None, None, None, 20), (15, 7, 30, 66, None, 50, None, 40),
+            (132, 7, 60, 66, 40, 90, None, 36)):
+        resident = _resident_table(small, large16, four, two, two16, stream2, register, stream4)
         four, two, two16, stream2 = four or small, two or small, two16 or two or small, stream2 or two or small
         register = register or small
+        stream4 = stream4 or four
         row_counts = sorted(({1, small - 1, small, small + 1, four - 1, four, four + 1, two - 1, two, two + 1,
-                             register - 1, register, register + 1,
+                             register - 1, register, register + 1, stream4 - 1, stream4, stream4 + 1,
                              stream2 - 1, stream2, stream2 + 1, large16 - 1, large16, large16 + 1, 2 * large16,
                              2 * large16 + 1, STREAM_ROWS - 1,
                              STREAM_ROWS, STREAM_ROWS + 1}
@@ -217,6 +230,8 @@ def _edge_problems(p):
             problems.append(f"threads_for({cluster}) = {p.threads_for(cluster)}, SPEC 2.1 says {want}")
     if p.threads_for(1, 2) != 512:
         problems.append(f"threads_for(1, 2) = {p.threads_for(1, 2)}, SPEC 2.13 says 512 (the register build)")
+    if p.threads_for(4, 4) != 512:
+        problems.append(f"threads_for(4, 4) = {p.threads_for(4, 4)}, SPEC 2.12 says 512 (the streamed 4x512x4)")
     # SPEC 2.3: the direct path's longest token row, eight vectors a thread at one CTA,
     # four at two, two on the clusters of 4, 8 and 16
     for cluster, want in ((1, EDGE_1_8), (2, EDGE_1_8), (4, EDGE_DIRECT), (8, EDGE_DIRECT),
@@ -238,10 +253,11 @@ def _edge_problems(p):
         if p.vectors_for(width, cluster) != want:
             problems.append(f"vectors_for({width}, {cluster}) = {p.vectors_for(width, cluster)}, SPEC 2.1 says {want}")
     # precompile_builds: every build the rules above pick up to a width, for any resident
-    # counts (both streamed builds from the first width past EDGE_1: 2x512x4 where it keeps
-    # more clusters resident than 2x512x16)
+    # counts (1x512x4 and 2x512x4 from the first width past EDGE_1: 2x512x4 where it keeps
+    # more clusters resident than 2x512x16; 4x512x4 past EDGE_16)
     staged = {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "2x512x16", "1x512x4", "2x512x4", REGISTER_BUILD}
-    for width, want in ((EDGE_MAX, staged | {"8x512x16", "16x512x16"}), (EDGE_8, staged), (EDGE_1 + 1, staged),
+    wide = staged | {"8x512x16", "16x512x16"}
+    for width, want in ((EDGE_MAX, wide | {"4x512x4"}), (EDGE_16, wide), (EDGE_8, staged), (EDGE_1 + 1, staged),
                         (EDGE_1, {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", REGISTER_BUILD}),
                         (EDGE_REGISTER, {"8x512x8", "4x1024x8", "1x512x8", "2x512x8", REGISTER_BUILD})):
         got = {b.name for b in p.precompile_builds(width)}
@@ -315,8 +331,11 @@ def _streams_for(modes=lambda block_mode: not block_mode, low=lambda w, c: w > c
 
 
 def _stream_build_for(narrow=lambda w, c: w <= c, many=lambda r, n: r > n, asked=None,
-                      k512=lambda k: k == 512, wide=lambda w, c: w <= c, one_wave=lambda r, n: r <= n):
+                      k512=lambda k: k == 512, wide=lambda w, c: w <= c, one_wave=lambda r, n: r <= n,
+                      wide_4=lambda w, c: w > c, fits_4=lambda r, n: r <= n, asked_4=None):
     def stream_build_for(rows, width, resident, k=None):
+        if wide_4(width, policy.STREAM_4_WIDTH) and fits_4(rows, resident(asked_4 or policy.STREAM_4)):
+            return policy.STREAM_4
         if many(rows, resident(asked or policy.STREAM_2)) and (narrow(width, policy.STREAM_1_WIDTH) or (
                 k512(k) and wide(width, policy.STREAM_1_WIDTH_K512) and one_wave(rows, resident(policy.STREAM)))):
             return policy.STREAM
@@ -450,6 +469,23 @@ POLICY_MUTANTS = {
                                                                 self.vectors == policy.STREAM_VECTORS)}),
     "streams_any_vectors": ("every build of one or two CTAs streams, whatever its vectors",
                             lambda: {"Build.streams": property(lambda self: self.cluster in (1, 2))}),
+    "stream_4_never": ("streaming batches never take 4x512x4 (the rule before session 43)",
+                       lambda: _stream_build_for(fits_4=lambda r, n: False)),
+    "stream_4_at_width": ("4x512x4 from STREAM_4_WIDTH logits (width >= 524,288, not >)",
+                          lambda: _stream_build_for(wide_4=lambda w, c: w >= c)),
+    "stream_4_any_width": ("4x512x4 at every streaming width while its clusters are resident",
+                           lambda: _stream_build_for(wide_4=lambda w, c: True)),
+    "stream_4_past_resident": ("4x512x4 for rows = its resident clusters + 1 (two waves)",
+                               lambda: _stream_build_for(fits_4=lambda r, n: r <= n + 1)),
+    "stream_4_strict": ("4x512x4 only while rows < its resident clusters (not <=)",
+                        lambda: _stream_build_for(fits_4=lambda r, n: r < n)),
+    "stream_4_resident_1024": ("the 4x512x4 rule asks 4x1024x8's residency, not its own",
+                               lambda: _stream_build_for(asked_4=policy.Build.of(4, 8))),
+    "stream_4_threads_1024": ("the 4-CTA streamed build has 1024 threads, as 4x1024x8 (threads_for by cluster)",
+                              lambda: {"threads_for": lambda cluster, vectors=None: 1024 if cluster == 4 else 512}),
+    "streams_two_ctas_at_most": ("only the builds of one or two CTAs of STREAM_VECTORS stream (4x512x4 staged)",
+                                 lambda: {"Build.streams": property(lambda self: self.cluster in (1, 2) and
+                                                                    self.vectors == policy.STREAM_VECTORS)}),
     "stream_build_two_ctas": ("streaming batches take 2x512x4, never 1x512x4",
                               lambda: {"STREAM": policy.STREAM_2}),
     "stream_build_one_cta": ("streaming batches take 1x512x4, never 2x512x4",

@@ -44,11 +44,13 @@ CASES = (
     ("monotone-262144", "ascending and descending rows: K 294-624 key steps above the cutoff on the full rows, "
                         "past the staged attempt's one pass -> direct path, on every staged build that holds them, "
                         "16x512x16 included (sampled-narrow-overflow's rows, 131,072 logits, are direct there)"),
-    # 1x512x4 and 2x512x4 (SPEC 2.12): their stages in both modes, their streamed queues and
-    # both fallbacks
+    # the streamed builds (SPEC 2.12): 1x512x4's stage in both modes, their streamed queues
+    # and both fallbacks
     ("stage-16384", "1x512x4's staged rows (both modes): short and direct in its four slots"),
     ("streamed-queue", "the streamed path: queues at their capacity, overflow and underflow -> direct "
                        "from global memory"),
+    ("streamed-queue-4", "4x512x4's streamed path (chunks past its queue): a queue at its capacity, one CTA's "
+                         "overflow, underflow -> direct from global memory"),
     # the register build (SPEC 2.13): rows of at most 8,192 logits (every case above is wider)
     ("register-boundaries", "1x512x2's short and direct rows: lengths 0, 1, k +- 1, partial last vectors, 8,192"),
     ("register-top-span", "1x512x2's window from the top: K placed by it, and past it -> the two passes"),

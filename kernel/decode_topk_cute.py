@@ -637,7 +637,7 @@ class DecodeTopK:
                              f"{', '.join(b.name for b in BUILDS)} (the register build: DecodeTopKRegister)")
         self.k = k
         self.cluster = cluster
-        self.threads = threads_for(cluster)
+        self.threads = threads_for(cluster, vector_count)
         self.vectors = vector_count
         self.block_mode = bool(block_mode)
         self.trace = bool(trace) or bool(profile)
@@ -935,8 +935,8 @@ class DecodeTopK:
     @cute.jit
     def row_max(self, sm, lane):
         """The row's largest key M, in every thread: the C x T/32 words of "maxima" (each
-        warp's largest top, every CTA's), a lane reading 1, 4 or 8 consecutive ones of one
-        CTA (through DSMEM on a cluster), and one warp reduction."""
+        warp's largest top, every CTA's), a lane reading 1, 2, 4 or 8 consecutive ones of
+        one CTA (through DSMEM on a cluster), and one warp reduction."""
         warps = self.threads // 32
         words = self.cluster * warps
         mine = Int32(-1)
@@ -947,6 +947,13 @@ class DecodeTopK:
                     mine = cluster_load_u32(peer_address(address, lane // warps))
                 else:
                     mine = shared_load_u32(address)
+        elif const_expr(words == 64):
+            # 2 words a lane (4x512x4: 4 CTAs of 16 warps), one DSMEM load each. (The
+            # 16-byte form below would read none: session 43's gate found its M of -1, and
+            # the window's bins past the histogram, as an illegal address.)
+            for h in cutlass.range_constexpr(2):
+                address = peer_address(sm["maxima"] + ((lane * 2) % warps + h) * 4, (lane * 2) // warps)
+                mine = cutlass.max(mine, cluster_load_u32(address))
         else:
             per = words // 32  # 4 or 8 words a lane, within one CTA's (warps is 16 or 32)
             peer = (lane * per) // warps

@@ -80,10 +80,12 @@ PROFILE_STAMPS = ("start", "inputs", "staged", "started", "cutoff", "queued", "t
 # Builds and variants
 # ---------------------------------------------------------------------------------------
 def threads_for(cluster, vectors=None):
-    """Threads a CTA: 1024 at 4 CTAs a row, else 512 (1, 2, 8 and 16 CTAs, the register
-    build REGISTER among them). `vectors` names the build and changes nothing (the register
-    build had 1024 threads of one vector until session 30: SPEC.md 2.13)."""
-    return 1024 if cluster == 4 else 512
+    """Threads a CTA: 1024 at 4 CTAs a row (4x1024x8), else 512 (1, 2, 8 and 16 CTAs, the
+    register build REGISTER among them, and the 4-CTA streamed build STREAM_4, whose tile
+    of STREAM_TILE vectors a thread keeps at most 64 (slot, warp) counts only at 512
+    threads: SPEC.md 2.12). `vectors` (None: a staged build) decides only at 4 CTAs (the
+    register build had 1024 threads of one vector until session 30: SPEC.md 2.13)."""
+    return 1024 if cluster == 4 and vectors != STREAM_VECTORS else 512
 
 
 def vector_choices(cluster):
@@ -116,8 +118,8 @@ class Build(typing.NamedTuple):
     @property
     def streams(self):
         """Whether token rows longer than the stage stream from global memory (SPEC.md
-        2.12): the builds of one and two CTAs of STREAM_VECTORS vectors a thread."""
-        return self.cluster in (1, 2) and self.vectors == STREAM_VECTORS
+        2.12): the builds of one, two and four CTAs of STREAM_VECTORS vectors a thread."""
+        return self.cluster in (1, 2, 4) and self.vectors == STREAM_VECTORS
 
     @property
     def registers(self):
@@ -178,8 +180,8 @@ class Build(typing.NamedTuple):
         return cls(*parts)
 
 
-# The streamed builds (SPEC.md 2.12): one or two CTAs of 512 threads staging 4 vectors a
-# thread (16,384 or 32,768 logits); each CTA streams its chunk of a longer token row from
+# The streamed builds (SPEC.md 2.12): one, two or four CTAs of 512 threads staging 4 vectors
+# a thread (16,384, 32,768 or 65,536 logits); each CTA streams its chunk of a longer token row from
 # global memory into a queue of at most STREAM_QUEUE vectors, in tiles of STREAM_TILE
 # vectors a thread, each thread's loads STREAM_DEPTH - 1 tiles ahead of the tile it tests.
 STREAM_VECTORS = 4
@@ -196,9 +198,10 @@ STREAM_PREFETCH = True
 # The builds of SPEC.md 2.1.
 BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in
                ((8, 8), (4, 8), (8, 16), (16, 16), (1, 8), (1, 16), (2, 8), (2, 16), (1, STREAM_VECTORS),
-                (2, STREAM_VECTORS), (1, REGISTER_VECTORS)))
+                (2, STREAM_VECTORS), (4, STREAM_VECTORS), (1, REGISTER_VECTORS)))
 STREAM = Build.of(1, STREAM_VECTORS)
 STREAM_2 = Build.of(2, STREAM_VECTORS)
+STREAM_4 = Build.of(4, STREAM_VECTORS)
 # The builds whose staging first prefetches the CTA's chunk into L2 (SPEC.md 2.2): 8x512x16,
 # 2.5-4.5% faster on single rows of 524,288 logits, 0.5-2.4% on 8 of them. Not the other
 # builds that stage in batches (bench/NOTES.md session 23): 1x512x16 at 128 x 65536 and
@@ -309,8 +312,8 @@ def direct_max_length(cluster, vectors=None):
     at `cluster` CTAs a row (SPEC.md 2.3): 8 C T d, d = DIRECT_VECTORS vectors a thread
     (32,768 logits at 1 and 2 CTAs, 65,536 at 4 and 8, 131,072 at 16), below which the
     direct path was measured faster than the sampled one (bench/NOTES.md, sessions 6, 7);
-    on the streamed builds (`vectors` = STREAM_VECTORS at one or two CTAs) their stage,
-    16,384 or 32,768 logits, past which their rows stream (SPEC.md 2.12); on the register
+    on the streamed builds (`vectors` = STREAM_VECTORS at one, two or four CTAs) their
+    stage, 16,384, 32,768 or 65,536 logits, past which their rows stream (SPEC.md 2.12); on the register
     build its capacity, 8,192 (no sampled path, SPEC.md 2.13)."""
     build = None if vectors is None else Build.of(cluster, vectors)
     if build is not None and (build.streams or build.registers):
@@ -373,6 +376,16 @@ STREAM_1_WIDTH = 262144
 # bench/NOTES.md sessions 18-19). At k = 2048 its queue overflows there (rho 0.999: 283.3
 # against 105.0 us at 128 x 524288).
 STREAM_1_WIDTH_K512 = 524288
+# Past STREAM_4_WIDTH logits a streaming batch whose rows' 4-CTA clusters are all resident
+# at once takes 4x512x4: one wave that reads each row over four SMs, where 2x512x4 reads it
+# over two and leaves half the SMs idle (at 15-30 rows, the rows past the 16-CTA build's
+# two waves and below STREAM_ROWS). Measured on the H100 (every build forced, bundle
+# 675edb40ed5f, rho 0.9, k 512 and 2048; bench/NOTES.md session 43): 16-28 rows of
+# 600,000-1,048,576 logits took 0.64-0.80 of 2x512x4's time (16 x 1M k512 38.9 against
+# 60.6 us), and 31 rows, past the 30 resident clusters (two waves), 1.17-1.22; up to
+# 524,288 logits the staged builds stay faster (16-24 x 524288: 8x512x16 even with it,
+# 16-24 x 262144: 4x1024x8 0.79-0.81 of its time).
+STREAM_4_WIDTH = 524288
 # Up to STREAM_WIDTH, since the streamed builds' narrow pass (kernel 5a264f4357d9): at 72-128
 # rows, 2x512x16 in two waves against one of 1x512x4, the stream took 0.81-0.97 of the time;
 # at 160 (three against two) 0.94-1.15; at 256 (four against two) 0.77-0.91 (session 19).
@@ -413,10 +426,13 @@ def streams_for(rows, width, resident, block_mode=False):
 
 
 def stream_build_for(rows, width, resident, k=None):
-    """The streamed build of a streaming batch (SPEC.md 2.1): 1x512x4 when its rows
+    """The streamed build of a streaming batch (SPEC.md 2.1): 4x512x4 past STREAM_4_WIDTH
+    logits while every row's 4-CTA cluster is resident at once; else 1x512x4 when its rows
     outnumber the resident 2x512x4 clusters and are at most STREAM_1_WIDTH logits wide, or
     at k = 512 at most STREAM_1_WIDTH_K512 wide while they fit one wave of 1x512x4; else
     2x512x4. (k None: the rule of every k.)"""
+    if width > STREAM_4_WIDTH and rows <= resident(STREAM_4):
+        return STREAM_4
     if rows > resident(STREAM_2) and (width <= STREAM_1_WIDTH or (
             k == 512 and width <= STREAM_1_WIDTH_K512 and rows <= resident(STREAM))):
         return STREAM
@@ -458,7 +474,7 @@ def precompile_builds(max_width):
     either mode: each build's widest row (capped at max_width) and the first width past
     65,536 and past STREAM_WIDTH logits, at 1, 2 and STREAM_ROWS rows, with one cluster
     of every build resident, with two or STREAM_ROWS of one build, or STREAM_ROWS of every
-    build (so 8x512x8, the 2-CTA builds, 4x1024x8, the 1-CTA builds and both streamed
+    build (so 8x512x8, the 2-CTA builds, 4x1024x8, the 1-CTA builds and the three streamed
     builds all appear where a width reaches them)."""
     check_width(max_width)
     widths = {min(max_width, w) for w in

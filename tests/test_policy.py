@@ -39,8 +39,8 @@ def test_build_spellings():
         # the register build takes token rows only (SPEC 2.13)
         assert (build.capacity_in(False), build.capacity_in(True)) == (build.capacity,
                                                                        0 if build.registers else build.stage)
-    assert [b.name for b in BUILDS if b.streams] == [policy.STREAM.name, policy.STREAM_2.name] == \
-        ["1x512x4", "2x512x4"]
+    assert [b.name for b in BUILDS if b.streams] == [b.name for b in (policy.STREAM, policy.STREAM_2, policy.STREAM_4)] \
+        == ["1x512x4", "2x512x4", "4x512x4"]
     for bad in ("8x1024x8", "8x16", "8x512", "8-512-8", "x", (8,), (8, 512, 8, 1), (True, 8), 8, None, 8.0):
         with pytest.raises(ValueError, match="build"):
             Build.parse(bad)
