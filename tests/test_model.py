@@ -72,8 +72,9 @@ def _row(width, length, seed=0):
 def test_paths_follow_spec(build):
     cluster, threads, vectors = build
     # SPEC 2.3, restated: the direct path's last length is eight vectors a thread at one
-    # CTA, four at two, two on the clusters of 4, 8 and 16; on 1x512x4 its stage (2.12)
-    direct_max = 8 * cluster * threads * ({1: 8, 2: 4}.get(cluster, 2) if build.name != "1x512x4" else 4)
+    # CTA, four at two, two on the clusters of 4, 8 and 16; on the streamed builds their
+    # stage, four vectors a thread (2.12)
+    direct_max = 8 * cluster * threads * (4 if build.streams else {1: 8, 2: 4}.get(cluster, 2))
     if build.registers:  # the register build: its capacity, no sampled path (SPEC 2.13)
         direct_max = build.stage
     assert policy.direct_max_length(cluster, vectors) == direct_max
