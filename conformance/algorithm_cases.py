@@ -123,6 +123,7 @@ def make_narrow_overflow(rng, width, specs):
 
 STREAM_CLUSTERS = (1, 2)  # the CTAs a row whose sample positions vector rows steer by default
 STREAM_CLUSTERS_4 = (1, 2, 4)  # and those of the four-part rows (4x512x4's too)
+STREAM_CLUSTERS_8 = (1, 2, 4, 8)  # and those of the eight-part rows (8x512x4's too)
 
 
 def controlled_vector_row(rng, width, length, parts, k_max=2048, clusters=STREAM_CLUSTERS):
@@ -423,6 +424,21 @@ STREAM_4_SPECS = (
     (L_STREAM_4 - 3, (0, 2100), (0, 100), (300, 100), (0, 100)),  # G < k <= G + E at k = 2048: K = cutoff
     (L_STREAM_4 - 1, (100, 100), (0, 100), (0, 100), (0, 100)),  # G + E = 500: underflow at every k
 )
+# 8x512x4 (SPEC.md 2.12): rows of W_STREAM_8 logits, whose eight chunks (the parts) hold
+# more than STREAM_QUEUE vectors each (nv = 69,632: 8,704 a CTA), so each CTA of 8x512x4
+# may overflow alone; the cutoff is steered at 8 CTAs too (STREAM_CLUSTERS_8).
+W_STREAM_8 = 557064
+L_STREAM_8 = 557056
+_REST_8 = ((0, 100),) * 6
+STREAM_8_SPECS = (
+    # k = 2048: CTA 0's queue at STREAM_QUEUE (and at 1, 2 and 4 CTAs the row's, half's, quarter's)
+    (L_STREAM_8, (6144, 2100), (0, 100)) + _REST_8,
+    (L_STREAM_8, (6145, 2100), (0, 100)) + _REST_8,  # k = 2048: Q_0 = 8,193: overflow
+    (L_STREAM_8 - 5,) + ((100, 100),) * 7 + ((8300, 100),),  # the last CTA's queue alone overflows
+    (L_STREAM_8, (4000, 100), (4000, 100)) + ((100, 100),) * 6,  # every queue of 8 fits; of 4, 2 and 1 not
+    (L_STREAM_8 - 3, (0, 2100), (0, 100), (0, 100), (300, 100), (0, 100), (0, 100), (0, 100), (0, 100)),  # K = cutoff
+    (L_STREAM_8 - 1, (100, 50)) + ((0, 50),) * 7,  # G + E = 500: underflow at every k
+)
 # The same at the widest row (full level).
 W_STREAM_WIDE = 1048576
 STREAM_WIDE_SPECS = (
@@ -432,11 +448,13 @@ STREAM_WIDE_SPECS = (
     (W_STREAM_WIDE - 7, (300, 1000), (0, 2000)),
     (W_STREAM_WIDE, (200, 150), (0, 150)),
 )
-# Around each streamed build's stage D (16,384, 32,768 and 65,536): direct up to it, streamed
-# past it, masked last vectors either side; the 1-CTA build's stage rows in both modes (a
-# block row of 16,384 logits fills its four slots).
+# Around each streamed build's stage D (16,384, 32,768 and 65,536; 8x512x4's 131,072 in
+# STREAM_BOUNDARY_LENGTHS_8, a case of its own whose width leaves out the builds of at most
+# 131,072 logits): direct up to it, streamed past it, masked last vectors either side; the
+# 1-CTA build's stage rows in both modes (a block row of 16,384 logits fills its four slots).
 STREAM_BOUNDARY_LENGTHS = (16383, 16384, 16385, 16387, 16392, 16393, 32767, 32768, 32769, 32771, 32776, 32777,
                            65535, 65536, 65537, 65539, 65544, 65545)
+STREAM_BOUNDARY_LENGTHS_8 = (131071, 131072, 131073, 131075, 131080, 131081)
 STAGE_LENGTHS = (16384, 16383, 16377, 12289, 12296, 4097, 0)
 # One value a row (make_one_value_rows): past both stages, each chunk of 2x512x4 more than
 # STREAM_QUEUE vectors in most rows, whose queues nonetheless hold k vectors only.

@@ -433,7 +433,7 @@ CASES = (
          partial(algo.make_one_cta_hits, width=65536, lengths=algo.ONE_CTA_LENGTHS_16),
          "the 2048 largest values at the 1-CTA sample positions: 1x512x16's sampled rows underflow (q < k), "
          "slots 8-15", modes=(False,), intent=algo.one_cta_intent(algo.ONE_CTA_LENGTHS_16)),
-    # --- ci: the streamed builds 1x512x4, 2x512x4 and 4x512x4 (SPEC.md 2.12): their stages' boundaries,
+    # --- ci: the streamed builds 1x512x4, 2x512x4, 4x512x4 and 8x512x4 (SPEC.md 2.12): their stages' boundaries,
     # each CTA's queue at its capacity and one past it, overflow (in one CTA, in every CTA,
     # over the row but in none), the vectors of top == cutoff a queue truncates at k, underflow,
     # each fallback to the direct path from global memory (the ci cases of more than 16,384
@@ -443,6 +443,11 @@ CASES = (
          "lengths D - 1, D, D + 1, D + 3, D + 8, D + 9 at D = 16,384, 32,768 and 65,536 (the stages of "
          "1x512x4, 2x512x4 and 4x512x4, past which their rows stream): masked last vectors either side",
          intent=algo.threshold_intent(algo.STREAM_BOUNDARY_LENGTHS)),
+    Case("stream-threshold-8", "ci", 224,
+         partial(algo.make_normal_rows, width=131088, lengths=algo.STREAM_BOUNDARY_LENGTHS_8),
+         "lengths D - 1, D, D + 1, D + 3, D + 8, D + 9 at D = 131,072 (8x512x4's stage, past which its rows "
+         "stream): masked last vectors either side",
+         intent=algo.threshold_intent(algo.STREAM_BOUNDARY_LENGTHS_8)),
     Case("stage-16384", "ci", 320, partial(algo.make_normal_rows, width=16384, lengths=algo.STAGE_LENGTHS),
          "1x512x4's own rows of at most 16,384 logits, both modes: its four staged slots, short and direct"),
     Case("mostly-neg-inf-16384", "ci", 321, partial(make_mostly_neg_inf, width=16384, finite_blocks=_FEW_FINITE),
@@ -466,6 +471,13 @@ CASES = (
          "CTA 0's queue at STREAM_QUEUE and one past it, the last CTA's alone overflowing, every queue of 4 "
          "fitting where 2 and 1 overflow, K = cutoff, underflow",
          modes=(False,), intent=algo.vector_intent(algo.STREAM_4_SPECS, algo.STREAM_CLUSTERS_4)),
+    Case("streamed-queue-8", "ci", 225,
+         partial(algo.make_vector_controlled, width=algo.W_STREAM_8, specs=algo.STREAM_8_SPECS,
+                 clusters=algo.STREAM_CLUSTERS_8),
+         "8x512x4's streamed rows (its chunks past STREAM_QUEUE vectors), the cutoff steered at 1, 2, 4 and 8 "
+         "CTAs: CTA 0's queue at STREAM_QUEUE and one past it, the last CTA's alone overflowing, every queue of "
+         "8 fitting where 4, 2 and 1 overflow, K = cutoff, underflow",
+         modes=(False,), intent=algo.vector_intent(algo.STREAM_8_SPECS, algo.STREAM_CLUSTERS_8)),
     Case("specials-65536", "ci", 324, partial(make_specials, rows=3, width=65536),
          "NaN of both signs, +-0, +-inf sprinkled into rows that stream on 1x512x4 and 2x512x4"),
     # --- full: ci plus the big ones ---------------------------------------------------------
@@ -505,11 +517,16 @@ CASES = (
     Case("waves-524288", "full", 214, partial(make_indexer, rows=16, width=524288, rho=0.9, heads=32, dim=64),
          "more rows than resident clusters (H200: 15 of 8x512x16, 7 of 16x512x16): later waves"),
     Case("waves-1048576", "full", 215, partial(make_indexer, rows=10, width=1048576, rho=0.9, heads=32, dim=64),
-         "more rows of the widest width than resident 16x512x16 clusters (H200: 7): two waves"),
+         "more rows of the widest width than resident 16x512x16 clusters (H100 and H200: 7): two waves of it "
+         "(block rows, and token rows where it is forced); the policy streams token rows on 8x512x4 (SPEC.md 2.1)"),
     Case("stream4-600000", "full", 220, partial(make_indexer, rows=16, width=600000, rho=0.9, heads=32, dim=64),
          "16 rows past 8x512x16's width and the 16-CTA build's two waves (H100 and H200: 7 resident), within "
          "the resident 4x512x4 clusters (30): the policy streams them on 4x512x4 (SPEC.md 2.1); token mode "
          "only (as many block rows are refused: max_rows)", modes=(False,)),
+    Case("stream8-786432", "full", 226, partial(make_indexer, rows=12, width=786432, rho=0.9, heads=32, dim=64),
+         "12 rows past 8x512x16's width and the 16-CTA build's one wave (H100 and H200: 7 resident), within the "
+         "resident 8x512x4 clusters (15): the policy streams them on 8x512x4 (SPEC.md 2.1); token mode only",
+         modes=(False,)),
     Case("streamed-fallbacks-1048576", "full", 216,
          partial(algo.make_vector_controlled, width=algo.W_STREAM_WIDE, specs=algo.STREAM_WIDE_SPECS),
          "a streamed queue at STREAM_QUEUE and one past it, overflow over the row only, ties at K = cutoff in "

@@ -17,8 +17,8 @@ row reaches every slot below the largest of those (the slots are filled bottom u
 is computed here from the rule itself, not from the model, so that a model whose chunks or
 slots drift from the SPEC does not also move what coverage counts.
 
-The streamed builds (1x512x4, 2x512x4 and 4x512x4, SPEC.md 2.12) stage their rows of at most their
-stage (16,384, 32,768 and 65,536 logits; every block row) as above, in four slots. A longer token
+The streamed builds (1x512x4, 2x512x4, 4x512x4 and 8x512x4, SPEC.md 2.12) stage their rows of at
+most their stage (16,384-131,072 logits; every block row) as above, in four slots. A longer token
 row stages nothing: each thread loads its own vectors of each tile into registers and the
 CTA keeps only its queue in shared memory, so such a row has no staged slot and its
 combinations name the slot `STREAMED` instead. (One marker suffices: a thread's registers

@@ -37,14 +37,17 @@ REGISTER_BUILD = "1x512x2"  # one CTA of 512 threads, two vectors a thread in re
 EDGE_STAGE = 16384  # 1x512x4's stage (SPEC 2.12): its block rows' capacity and its D
 EDGE_STAGE_2 = 32768  # 2x512x4's stage: the same for it
 EDGE_STAGE_4 = 65536  # 4x512x4's stage: the same for it
+EDGE_STAGE_8 = 131072  # 8x512x4's stage: the same for it
 # The streamed builds (SPEC 2.1, 2.12): their names, (token, block) capacities and D.
 STREAMED = {"1x512x4": ((EDGE_MAX, EDGE_STAGE), EDGE_STAGE), "2x512x4": ((EDGE_MAX, EDGE_STAGE_2), EDGE_STAGE_2),
-            "4x512x4": ((EDGE_MAX, EDGE_STAGE_4), EDGE_STAGE_4)}
+            "4x512x4": ((EDGE_MAX, EDGE_STAGE_4), EDGE_STAGE_4), "8x512x4": ((EDGE_MAX, EDGE_STAGE_8), EDGE_STAGE_8)}
 # The stream rule (SPEC 2.1, 2.12): token batches wider than EDGE_1 logits stream up to
 # STREAM_WIDTH logits where 2x512x16 would take at least WAVE_RATIO times the waves of the
 # streamed build (but not two waves of it past EDGE_TWO_WAVE logits), from STREAM_ROWS rows
-# past it, and past the 16-CTA build's two waves; they take 4x512x4 past EDGE_16 logits
-# while every row's 4-CTA cluster is resident, else 1x512x4 past the resident 2x512x4
+# past it, past the 16-CTA build's two waves, and past its one wave (wider than EDGE_16)
+# while every row's 8x512x4 cluster is resident; they take 8x512x4 past EDGE_16 logits while
+# every row's 8-CTA cluster is resident, else 4x512x4 while every row's 4-CTA cluster
+# is, else 1x512x4 past the resident 2x512x4
 # clusters up to EDGE_8 logits (at k = 512 up to EDGE_16 while the rows fit one wave of
 # 1x512x4), else 2x512x4. Measured on the H200 and the H100 (kernel/policy.py's
 # STREAM_ROWS, STREAM_WIDTH, STREAM_1_WIDTH, STREAM_1_WIDTH_K512, STREAM_4_WIDTH,
@@ -58,17 +61,20 @@ EDGE_TWO_WAVE = 106496
 SPEC_2_12 = {"STREAM_QUEUE": 8192, "STREAM_TILE": 4, "STREAM_DEPTH": 3, "STREAM_VECTORS": 4}
 
 
-def _resident_table(small, large16, four=None, two=None, two16=None, stream2=None, register=None, stream4=None):
+def _resident_table(small, large16, four=None, two=None, two16=None, stream2=None, register=None, stream4=None,
+                    stream8=None):
     """resident(build): `small` clusters of each 8-CTA build (and of the 4-CTA and 2-CTA
     ones unless `four` or `two` is given, and of the 1-CTA ones), `large16` of 16x512x16;
-    `two16`, if given, of 2x512x16 alone, `stream2` of 2x512x4 alone and `stream4` of
-    4x512x4 alone (so a policy that asks the wrong 2- or 4-CTA build is seen), `register`
-    of the register build alone."""
+    `two16`, if given, of 2x512x16 alone, `stream2` of 2x512x4 alone, `stream4` of 4x512x4
+    alone and `stream8` of 8x512x4 alone (so a policy that asks the wrong 2-, 4- or 8-CTA
+    build is seen), `register` of the register build alone."""
     def resident(build):
         if build.name == REGISTER_BUILD and register:
             return register
         if build.cluster == 16:
             return large16
+        if build.cluster == 8 and build.vectors == 4 and stream8:
+            return stream8
         if build.cluster == 4 and build.vectors == 4 and stream4:
             return stream4
         if build.cluster == 4 and four:
@@ -87,7 +93,8 @@ def expected_streams(rows, width, resident, block_mode=False):
     """SPEC 2.1's stream rule: token rows wider than EDGE_1, and up to STREAM_WIDTH where
     the waves of the resident 2x512x16 clusters are at least WAVE_RATIO times those of the
     streamed build, but for two of them past EDGE_TWO_WAVE; past it STREAM_ROWS rows or
-    more, or rows past the 16-CTA build's two waves (wider than 8x512x16 holds)."""
+    more, or (wider than 8x512x16 holds) rows past the 16-CTA build's two waves, or past
+    its one wave while no more than the resident 8x512x4 clusters."""
     if block_mode or width <= EDGE_1:
         return False
     if width <= STREAM_WIDTH:
@@ -96,14 +103,19 @@ def expected_streams(rows, width, resident, block_mode=False):
             return False
         streamed = resident(policy.Build.parse(expected_stream_build(rows, width, resident)))
         return staged_waves >= WAVE_RATIO * math.ceil(rows / streamed)
-    return rows >= STREAM_ROWS or (width > EDGE_16 and rows > 2 * resident(policy.Build(16, 512, 16)))
+    large16 = resident(policy.Build(16, 512, 16))
+    return rows >= STREAM_ROWS or (width > EDGE_16 and (
+        rows > 2 * large16 or large16 < rows <= resident(policy.Build(8, 512, 4))))
 
 
 def expected_stream_build(rows, width, resident, k=None):
-    """Which streamed build a streaming batch takes: 4x512x4 past EDGE_16 logits while the
-    rows are no more than the resident 4x512x4 clusters; else 1x512x4 when the rows
+    """Which streamed build a streaming batch takes: past EDGE_16 logits 8x512x4 while the
+    rows are no more than the resident 8x512x4 clusters, else 4x512x4 while no more than
+    the resident 4x512x4 clusters; else 1x512x4 when the rows
     outnumber the resident 2x512x4 clusters and are at most EDGE_8 logits wide, or at k =
     512 at most EDGE_16 wide and no more than the resident 1x512x4 CTAs; else 2x512x4."""
+    if width > EDGE_16 and rows <= resident(policy.Build(8, 512, 4)):
+        return "8x512x4"
     if width > EDGE_16 and rows <= resident(policy.Build(4, 512, 4)):
         return "4x512x4"
     if rows <= resident(policy.Build(2, 512, 4)):
@@ -159,21 +171,25 @@ def _edge_problems(p):
     edges = (EDGE_TWO_FIRST, EDGE_STAGE, EDGE_STAGE_2, EDGE_1_8, EDGE_1, EDGE_2, EDGE_8, EDGE_16, EDGE_MAX,
              STREAM_WIDTH, EDGE_TWO_WAVE)
     widths = sorted({0, 1, 8, 4096} | {e + d for e in edges for d in (-1, 0, 1)} - {EDGE_MAX + 1})
-    for small, large16, four, two, two16, stream2, register, stream4 in (
-            (15, 7, 30, 66, None, None, None, None), (30, 14, None, None, None, None, None, None),
-            (1, 1, None, None, None, None, None, None), (15, 7, 30, 20, None, None, None, None),
-            (15, 7, 30, 66, 40, None, None, None), (15, 7, 30, 66, 40, 50, None, None),
-            (15, 7, 30, 66, 60, 20, None, None), (70, 40, None, None, None, None, None, None),
-            (132, 7, 30, 66, None, None, None, None), (132, 7, 30, 66, 40, 90, None, None),
-            (15, 7, 30, 66, None, None, 132, None), (132, 7, 30, 66, 40, 90, 50, None),
-            (15, 7, 30, 66, None, None, None, 20), (15, 7, 30, 66, None, 50, None, 40),
-            (132, 7, 60, 66, 40, 90, None, 36)):
-        resident = _resident_table(small, large16, four, two, two16, stream2, register, stream4)
+    for small, large16, four, two, two16, stream2, register, stream4, stream8 in (
+            (15, 7, 30, 66, None, None, None, None, None), (30, 14, None, None, None, None, None, None, None),
+            (1, 1, None, None, None, None, None, None, None), (15, 7, 30, 20, None, None, None, None, None),
+            (15, 7, 30, 66, 40, None, None, None, None), (15, 7, 30, 66, 40, 50, None, None, None),
+            (15, 7, 30, 66, 60, 20, None, None, None), (70, 40, None, None, None, None, None, None, None),
+            (132, 7, 30, 66, None, None, None, None, None), (132, 7, 30, 66, 40, 90, None, None, None),
+            (15, 7, 30, 66, None, None, 132, None, None), (132, 7, 30, 66, 40, 90, 50, None, None),
+            (15, 7, 30, 66, None, None, None, 20, None), (15, 7, 30, 66, None, 50, None, 40, None),
+            (132, 7, 60, 66, 40, 90, None, 36, None), (15, 7, 30, 66, None, None, None, None, 12),
+            (15, 7, 30, 66, None, 50, None, 40, 5), (132, 7, 60, 66, 40, 90, None, 36, 20),
+            (15, 7, 30, 66, None, None, None, 10, 16)):
+        resident = _resident_table(small, large16, four, two, two16, stream2, register, stream4, stream8)
         four, two, two16, stream2 = four or small, two or small, two16 or two or small, stream2 or two or small
         register = register or small
         stream4 = stream4 or four
+        stream8 = stream8 or small
         row_counts = sorted(({1, small - 1, small, small + 1, four - 1, four, four + 1, two - 1, two, two + 1,
                              register - 1, register, register + 1, stream4 - 1, stream4, stream4 + 1,
+                             stream8 - 1, stream8, stream8 + 1,
                              stream2 - 1, stream2, stream2 + 1, large16 - 1, large16, large16 + 1, 2 * large16,
                              2 * large16 + 1, STREAM_ROWS - 1,
                              STREAM_ROWS, STREAM_ROWS + 1}
@@ -230,8 +246,10 @@ def _edge_problems(p):
             problems.append(f"threads_for({cluster}) = {p.threads_for(cluster)}, SPEC 2.1 says {want}")
     if p.threads_for(1, 2) != 512:
         problems.append(f"threads_for(1, 2) = {p.threads_for(1, 2)}, SPEC 2.13 says 512 (the register build)")
-    if p.threads_for(4, 4) != 512:
-        problems.append(f"threads_for(4, 4) = {p.threads_for(4, 4)}, SPEC 2.12 says 512 (the streamed 4x512x4)")
+    for cluster in (4, 8):
+        if p.threads_for(cluster, 4) != 512:
+            problems.append(f"threads_for({cluster}, 4) = {p.threads_for(cluster, 4)}, SPEC 2.12 says 512 (the "
+                            f"streamed {cluster}x512x4)")
     # SPEC 2.3: the direct path's longest token row, eight vectors a thread at one CTA,
     # four at two, two on the clusters of 4, 8 and 16
     for cluster, want in ((1, EDGE_1_8), (2, EDGE_1_8), (4, EDGE_DIRECT), (8, EDGE_DIRECT),
@@ -254,15 +272,41 @@ def _edge_problems(p):
             problems.append(f"vectors_for({width}, {cluster}) = {p.vectors_for(width, cluster)}, SPEC 2.1 says {want}")
     # precompile_builds: every build the rules above pick up to a width, for any resident
     # counts (1x512x4 and 2x512x4 from the first width past EDGE_1: 2x512x4 where it keeps
-    # more clusters resident than 2x512x16; 4x512x4 past EDGE_16)
+    # more clusters resident than 2x512x16; 4x512x4 and 8x512x4 past EDGE_16)
     staged = {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "2x512x16", "1x512x4", "2x512x4", REGISTER_BUILD}
     wide = staged | {"8x512x16", "16x512x16"}
-    for width, want in ((EDGE_MAX, wide | {"4x512x4"}), (EDGE_16, wide), (EDGE_8, staged), (EDGE_1 + 1, staged),
+    for width, want in ((EDGE_MAX, wide | {"4x512x4", "8x512x4"}), (EDGE_16, wide), (EDGE_8, staged), (EDGE_1 + 1, staged),
                         (EDGE_1, {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", REGISTER_BUILD}),
                         (EDGE_REGISTER, {"8x512x8", "4x1024x8", "1x512x8", "2x512x8", REGISTER_BUILD})):
         got = {b.name for b in p.precompile_builds(width)}
         if got != want:
             problems.append(f"precompile_builds({width}) = {sorted(got)}, SPEC 2.1 picks {sorted(want)}")
+    return problems + maxima_problems(p)
+
+
+def maxima_problems(p=policy):
+    """Where the direct path's row_max, on a build of `p.BUILDS`, would not read each of
+    the C x T/32 words of "maxima" exactly once (p.maxima_reads' plan, walked as the
+    kernel walks it: lanes below min(words, 32), per // width loads of `width` words from
+    word lane per + h width), or would read a 16-byte load misaligned or across a CTA."""
+    problems = []
+    for build in p.BUILDS:
+        if build.registers:  # the register build reads its own T/32 words (SPEC 2.13)
+            continue
+        warps = build.threads // 32
+        words = build.cluster * warps
+        per, width = p.maxima_reads(build.cluster, build.threads)
+        read = []
+        for lane in range(min(words, 32)):
+            for h in range(per // width):
+                first = lane * per + h * width
+                if first % width or first % warps + width > warps:
+                    problems.append(f"{build}: lane {lane}'s load {h} of {width} words from word {first} is "
+                                    "misaligned or crosses a CTA")
+                read += range(first, first + width)
+        if sorted(read) != list(range(words)):
+            problems.append(f"{build}: row_max reads {len(read)} words ({len(set(read) - set(range(words)))} "
+                            f"outside the {words}; {len(set(range(words)) - set(read))} unread)")
     return problems
 
 
@@ -313,7 +357,8 @@ def _max_rows(waves=2, edge=lambda w, c: w <= c, tokens=False):
 def _streams_for(modes=lambda block_mode: not block_mode, low=lambda w, c: w > c, wide=lambda w, c: w > c,
                  ratio=lambda staged, streamed: staged >= policy.STREAM_WAVE_RATIO * streamed, two_build=(2, 16),
                  streamed_build=None, many=lambda r, n: r >= n, past_waves=lambda r, n: r > n,
-                 two_wave=lambda w, c: w > c, two_waves=lambda n: n == 2):
+                 two_wave=lambda w, c: w > c, two_waves=lambda n: n == 2, past_wave=lambda r, n: r > n,
+                 fits_8=lambda r, n: r <= n):
     def streams_for(rows, width, resident, block_mode=False):
         if not modes(block_mode) or not low(width, policy.Build.of(1, 16).stage):
             return False
@@ -325,15 +370,21 @@ def _streams_for(modes=lambda block_mode: not block_mode, low=lambda w, c: w > c
             return ratio(staged, policy.waves(rows, resident(streamed)))
         if many(rows, policy.STREAM_ROWS):
             return True
-        return (width > policy.Build.of(8, 16).stage
-                and past_waves(rows, policy.WAVES_16 * resident(policy.Build.of(16, 16))))
+        if width <= policy.Build.of(8, 16).stage:
+            return False
+        wide16 = resident(policy.Build.of(16, 16))
+        return past_waves(rows, policy.WAVES_16 * wide16) or (past_wave(rows, wide16) and
+                                                              fits_8(rows, resident(policy.STREAM_8)))
     return {"streams_for": streams_for}
 
 
 def _stream_build_for(narrow=lambda w, c: w <= c, many=lambda r, n: r > n, asked=None,
                       k512=lambda k: k == 512, wide=lambda w, c: w <= c, one_wave=lambda r, n: r <= n,
-                      wide_4=lambda w, c: w > c, fits_4=lambda r, n: r <= n, asked_4=None):
+                      wide_4=lambda w, c: w > c, fits_4=lambda r, n: r <= n, asked_4=None,
+                      wide_8=lambda w, c: w > c, fits_8=lambda r, n: r <= n, asked_8=None):
     def stream_build_for(rows, width, resident, k=None):
+        if wide_8(width, policy.STREAM_4_WIDTH) and fits_8(rows, resident(asked_8 or policy.STREAM_8)):
+            return policy.STREAM_8
         if wide_4(width, policy.STREAM_4_WIDTH) and fits_4(rows, resident(asked_4 or policy.STREAM_4)):
             return policy.STREAM_4
         if many(rows, resident(asked or policy.STREAM_2)) and (narrow(width, policy.STREAM_1_WIDTH) or (
@@ -341,6 +392,17 @@ def _stream_build_for(narrow=lambda w, c: w <= c, many=lambda r, n: r > n, asked
             return policy.STREAM
         return policy.STREAM_2
     return {"stream_build_for": stream_build_for}
+
+
+def _four_before_eight():
+    """stream_build_for asking 4x512x4's residency before 8x512x4's."""
+    own = policy.stream_build_for
+
+    def stream_build_for(rows, width, resident, k=None):
+        if width > policy.STREAM_4_WIDTH and rows <= resident(policy.STREAM_4):
+            return policy.STREAM_4
+        return own(rows, width, resident, k)
+    return stream_build_for
 
 
 def _capacity_in(stream_token=policy.MAX_WIDTH, stream_block=None):
@@ -364,6 +426,13 @@ def _vectors_for(fits=lambda w, c: w <= c, choices=None):
 
 def _direct_vectors(table, cluster_default):
     return {"DIRECT_VECTORS": table, "DIRECT_VECTORS_CLUSTER": cluster_default}
+
+
+def _maxima_reads(per=lambda words: max(1, words // 32), width=lambda per: 4 if per % 4 == 0 else 1):
+    def maxima_reads(cluster, threads):
+        per_ = per(cluster * threads // 32)
+        return per_, width(per_)
+    return {"maxima_reads": maxima_reads}
 
 
 def _check_width(low=0, high=policy.MAX_WIDTH):
@@ -483,6 +552,36 @@ POLICY_MUTANTS = {
                                lambda: _stream_build_for(asked_4=policy.Build.of(4, 8))),
     "stream_4_threads_1024": ("the 4-CTA streamed build has 1024 threads, as 4x1024x8 (threads_for by cluster)",
                               lambda: {"threads_for": lambda cluster, vectors=None: 1024 if cluster == 4 else 512}),
+    "stream_8_never": ("streaming batches never take 8x512x4, nor do rows within its one wave stream (the rule "
+                       "before session 44)", lambda: {**_stream_build_for(fits_8=lambda r, n: False),
+                                                      **_streams_for(fits_8=lambda r, n: False)}),
+    "stream_8_build_never": ("streaming batches never take 8x512x4 (rows within its one wave stream on 4x512x4)",
+                             lambda: _stream_build_for(fits_8=lambda r, n: False)),
+    "stream_8_rows_never": ("rows past the 16-CTA build's one wave stay on it up to two waves (8x512x4 only past them)",
+                            lambda: _streams_for(fits_8=lambda r, n: False)),
+    "stream_8_at_width": ("8x512x4 from STREAM_4_WIDTH logits (width >= 524,288, not >)",
+                          lambda: _stream_build_for(wide_8=lambda w, c: w >= c)),
+    "stream_8_past_resident": ("8x512x4 for rows = its resident clusters + 1 (two waves)",
+                               lambda: {**_stream_build_for(fits_8=lambda r, n: r <= n + 1),
+                                        **_streams_for(fits_8=lambda r, n: r <= n + 1)}),
+    "stream_8_strict": ("8x512x4 only while rows < its resident clusters (not <=)",
+                        lambda: {**_stream_build_for(fits_8=lambda r, n: r < n),
+                                 **_streams_for(fits_8=lambda r, n: r < n)}),
+    "stream_8_resident_16": ("the 8x512x4 rule asks 8x512x16's residency, not its own",
+                             lambda: _stream_build_for(asked_8=policy.Build.of(8, 16))),
+    "stream_8_one_wave_of_16": ("rows of one wave of the 16-CTA build stream on 8x512x4 too (rows >= its resident)",
+                                lambda: _streams_for(past_wave=lambda r, n: r >= n)),
+    "stream_8_before_rows": ("rows within the 16-CTA build's one wave stream on 8x512x4 (no lower bound)",
+                             lambda: _streams_for(past_wave=lambda r, n: True)),
+    "stream_8_after_4": ("4x512x4 before 8x512x4 where both clusters are resident",
+                         lambda: {"stream_build_for": _four_before_eight()}),
+    "stream_8_threads_1024": ("the 8-CTA streamed build has 1024 threads (threads_for(8, 4) = 1024)",
+                              lambda: {"threads_for": lambda cluster, vectors=None: 1024 if (
+                                  cluster == 4 and vectors != policy.STREAM_VECTORS) or (
+                                  cluster == 8 and vectors == policy.STREAM_VECTORS) else 512}),
+    "streams_four_ctas_at_most": ("only the builds of one, two or four CTAs of STREAM_VECTORS stream (8x512x4 staged)",
+                                  lambda: {"Build.streams": property(lambda self: self.cluster in (1, 2, 4) and
+                                                                     self.vectors == policy.STREAM_VECTORS)}),
     "streams_two_ctas_at_most": ("only the builds of one or two CTAs of STREAM_VECTORS stream (4x512x4 staged)",
                                  lambda: {"Build.streams": property(lambda self: self.cluster in (1, 2) and
                                                                     self.vectors == policy.STREAM_VECTORS)}),
@@ -557,6 +656,12 @@ POLICY_MUTANTS = {
                                   lambda: _capacity_in(stream_block=policy.MAX_WIDTH)),
     "threads_swapped": ("1024 threads at 8 CTAs, 512 at 4",
                         lambda: {"threads_for": lambda cluster, vectors=None: 1024 if cluster == 8 else 512}),
+    "maxima_16_bytes_at_two_words": ("row_max loads 16 bytes a lane past 32 words (session 43's 4x512x4 M of -1)",
+                                     lambda: _maxima_reads(width=lambda per: 4 if per > 1 else 1)),
+    "maxima_word_a_lane": ("row_max reads a word a lane whatever the words (32 of 64-256)",
+                           lambda: _maxima_reads(per=lambda words: 1)),
+    "maxima_16_words_a_lane": ("row_max reads words / 16 a lane (past the last word)",
+                               lambda: _maxima_reads(per=lambda words: max(1, words // 16))),
 }
 
 

@@ -51,6 +51,8 @@ CASES = (
                        "from global memory"),
     ("streamed-queue-4", "4x512x4's streamed path (chunks past its queue): a queue at its capacity, one CTA's "
                          "overflow, underflow -> direct from global memory"),
+    ("streamed-queue-8", "8x512x4's streamed path (chunks past its queue): a queue at its capacity, one CTA's "
+                         "overflow, underflow -> direct from global memory"),
     # the register build (SPEC 2.13): rows of at most 8,192 logits (every case above is wider)
     ("register-boundaries", "1x512x2's short and direct rows: lengths 0, 1, k +- 1, partial last vectors, 8,192"),
     ("register-top-span", "1x512x2's window from the top: K placed by it, and past it -> the two passes"),

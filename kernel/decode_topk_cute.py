@@ -145,6 +145,7 @@ from .policy import (
     launch,
     launch_slices,
     max_rows,
+    maxima_reads,
     new_output,
     precompile_builds,
     threads_for,
@@ -415,6 +416,14 @@ def popc(value: Int32, *, loc=None, ip=None) -> Int32:
     return Int32(llvm.inline_asm(T.i32(), [Int32(value).ir_value(loc=loc, ip=ip)], "popc.b32 $0, $1;", "=r,r",
                                  has_side_effects=False, is_align_stack=False,
                                  asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
+
+
+def lowest_set_bit(bits):
+    """(the lowest set bit of `bits`, its index): bits & -bits isolates it (two's
+    complement), and popc(lowest - 1) counts the bits below it (lowest 0 and index 32 when
+    no bit is set)."""
+    lowest = bits & (0 - bits)
+    return lowest, popc(lowest - 1)
 
 
 @dsl_user_op
@@ -935,32 +944,23 @@ class DecodeTopK:
     @cute.jit
     def row_max(self, sm, lane):
         """The row's largest key M, in every thread: the C x T/32 words of "maxima" (each
-        warp's largest top, every CTA's), a lane reading 1, 2, 4 or 8 consecutive ones of
-        one CTA (through DSMEM on a cluster), and one warp reduction."""
+        warp's largest top, every CTA's), read by one warp as policy.maxima_reads plans
+        (a lane `per` consecutive words of one CTA, through DSMEM on a cluster, a word or
+        16 bytes a load), and one warp reduction."""
         warps = self.threads // 32
-        words = self.cluster * warps
+        per, width = maxima_reads(self.cluster, self.threads)
         mine = Int32(-1)
-        if const_expr(words <= 32):
-            if lane < words:
-                address = sm["maxima"] + (lane % warps) * 4
-                if const_expr(self.cluster > 1):
-                    mine = cluster_load_u32(peer_address(address, lane // warps))
+        if lane < min(self.cluster * warps, 32):
+            for h in cutlass.range_constexpr(per // width):
+                first = lane * per + h * width  # the load's first word: CTA first // warps
+                address = sm["maxima"] + (first % warps) * 4
+                if const_expr(width == 4):
+                    for w in cluster_load_u32x4(peer_address(address, first // warps)):
+                        mine = cutlass.max(mine, Int32(w))
+                elif const_expr(self.cluster > 1):
+                    mine = cutlass.max(mine, cluster_load_u32(peer_address(address, first // warps)))
                 else:
-                    mine = shared_load_u32(address)
-        elif const_expr(words == 64):
-            # 2 words a lane (4x512x4: 4 CTAs of 16 warps), one DSMEM load each. (The
-            # 16-byte form below would read none: session 43's gate found its M of -1, and
-            # the window's bins past the histogram, as an illegal address.)
-            for h in cutlass.range_constexpr(2):
-                address = peer_address(sm["maxima"] + ((lane * 2) % warps + h) * 4, (lane * 2) // warps)
-                mine = cutlass.max(mine, cluster_load_u32(address))
-        else:
-            per = words // 32  # 4 or 8 words a lane, within one CTA's (warps is 16 or 32)
-            peer = (lane * per) // warps
-            for h in cutlass.range_constexpr(per // 4):
-                address = peer_address(sm["maxima"] + ((lane * per) % warps + 4 * h) * 4, peer)
-                for w in cluster_load_u32x4(address):
-                    mine = cutlass.max(mine, Int32(w))
+                    mine = cutlass.max(mine, shared_load_u32(address))
         return cute.arch.warp_redux_sync(mine, "max")
 
     def record(self, trace_row, rank, tid, field, value):
@@ -1426,8 +1426,8 @@ class DecodeTopK:
         below = (Int32(1) << lane) - 1  # the lanes below this one
         if const_expr(sparse):
             for unused in cutlass.range(cute.arch.warp_redux_sync(popc(mine), "max")):
-                lowest = mine & (0 - mine)  # the lowest set bit (two's complement): the next hit slot; 0: none left
-                s = cutlass.min(popc(lowest - 1), Int32(slots - 1))  # its index (none left: 32, clamped; no store)
+                lowest, s = lowest_set_bit(mine)  # the next hit slot (none left: lowest 0, s 32)
+                s = cutlass.min(s, Int32(slots - 1))  # (none left: clamped, and no store)
                 base = cute.arch.shuffle_sync(before, self.grid_lane(s, warp, slots))
                 hits = shared_load_u32(sm["grid"] + (s * warps + warp) * 4)
                 shared_store_u16(sm["queue"] + (base + popc(hits & below)) * 2, s * self.threads + tid,
@@ -1641,8 +1641,8 @@ class DecodeTopK:
         mode, the logit's index g * 8 + lane; block mode, the block's index g, or -1 where
         neg_inf (its key is -inf, 1.4)."""
         for _ in cutlass.range(popc(chosen), unroll=1):
-            lowest = chosen & (0 - chosen)
-            value = g * 8 + popc(lowest - 1)
+            lowest, e = lowest_set_bit(chosen)  # the lowest chosen lane e
+            value = g * 8 + e
             if const_expr(self.block_mode):
                 value = _pick(neg_inf != 0, -1, g)
             store_s32(out_row + Int64(slot) * 4, value, Int32(1))
@@ -1759,7 +1759,7 @@ class DecodeTopK:
         queued = count
         if const_expr(attempt and not streamed):
             queued = self.queue_vectors(sm, tid, lane, tops, lo, self.sampled_write_queue,
-                                           not self.sampled_write_queue)
+                                        not self.sampled_write_queue)
             self.stamp(trace_row, rank, tid, "queued")
         status = Int32(0)
         if const_expr(top_key is not None):

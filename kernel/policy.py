@@ -88,6 +88,22 @@ def threads_for(cluster, vectors=None):
     return 1024 if cluster == 4 and vectors != STREAM_VECTORS else 512
 
 
+def maxima_reads(cluster, threads):
+    """How the direct path's row_max reads the C x T/32 words of "maxima" (each warp's
+    largest key, every CTA's; SPEC.md 2.5) into one warp: (per, width). Lane l reads words
+    l per .. l per + per - 1 of the row's C x W (W = T/32 warps a CTA, CTA-major: word w is
+    CTA w // W's word w % W), in loads of `width` consecutive words (4: one 16-byte DSMEM
+    load, 1: one word); up to 32 words, a word a lane and lanes past them none. Why not
+    always 16-byte loads: at 64 words (4x512x4) a lane's two are half a load (session 43's
+    gate found that plan's empty loop). ValueError where no lane's words fit in one CTA."""
+    warps = threads // 32
+    words = cluster * warps
+    per = max(1, words // 32)
+    if words > 32 and (words % 32 or warps % per):
+        raise ValueError(f"row_max has no plan for {cluster} CTAs of {threads} threads ({words} words)")
+    return per, (4 if per % 4 == 0 else 1)
+
+
 def vector_choices(cluster):
     """The 16-byte vectors a thread may stage: 8, or 16 at 512 threads (1024 threads
     leave too few registers for 16); at 16 CTAs only 16, its one build 16x512x16 (it takes
@@ -118,8 +134,9 @@ class Build(typing.NamedTuple):
     @property
     def streams(self):
         """Whether token rows longer than the stage stream from global memory (SPEC.md
-        2.12): the builds of one, two and four CTAs of STREAM_VECTORS vectors a thread."""
-        return self.cluster in (1, 2, 4) and self.vectors == STREAM_VECTORS
+        2.12): the builds of one, two, four and eight CTAs of STREAM_VECTORS vectors a
+        thread."""
+        return self.cluster in (1, 2, 4, 8) and self.vectors == STREAM_VECTORS
 
     @property
     def registers(self):
@@ -180,8 +197,9 @@ class Build(typing.NamedTuple):
         return cls(*parts)
 
 
-# The streamed builds (SPEC.md 2.12): one, two or four CTAs of 512 threads staging 4 vectors
-# a thread (16,384, 32,768 or 65,536 logits); each CTA streams its chunk of a longer token row from
+# The streamed builds (SPEC.md 2.12): one, two, four or eight CTAs of 512 threads staging 4
+# vectors a thread (16,384, 32,768, 65,536 or 131,072 logits); each CTA streams its chunk of a
+# longer token row from
 # global memory into a queue of at most STREAM_QUEUE vectors, in tiles of STREAM_TILE
 # vectors a thread, each thread's loads STREAM_DEPTH - 1 tiles ahead of the tile it tests.
 STREAM_VECTORS = 4
@@ -198,10 +216,11 @@ STREAM_PREFETCH = True
 # The builds of SPEC.md 2.1.
 BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in
                ((8, 8), (4, 8), (8, 16), (16, 16), (1, 8), (1, 16), (2, 8), (2, 16), (1, STREAM_VECTORS),
-                (2, STREAM_VECTORS), (4, STREAM_VECTORS), (1, REGISTER_VECTORS)))
+                (2, STREAM_VECTORS), (4, STREAM_VECTORS), (8, STREAM_VECTORS), (1, REGISTER_VECTORS)))
 STREAM = Build.of(1, STREAM_VECTORS)
 STREAM_2 = Build.of(2, STREAM_VECTORS)
 STREAM_4 = Build.of(4, STREAM_VECTORS)
+STREAM_8 = Build.of(8, STREAM_VECTORS)
 # The builds whose staging first prefetches the CTA's chunk into L2 (SPEC.md 2.2): 8x512x16,
 # 2.5-4.5% faster on single rows of 524,288 logits, 0.5-2.4% on 8 of them. Not the other
 # builds that stage in batches (bench/NOTES.md session 23): 1x512x16 at 128 x 65536 and
@@ -312,8 +331,8 @@ def direct_max_length(cluster, vectors=None):
     at `cluster` CTAs a row (SPEC.md 2.3): 8 C T d, d = DIRECT_VECTORS vectors a thread
     (32,768 logits at 1 and 2 CTAs, 65,536 at 4 and 8, 131,072 at 16), below which the
     direct path was measured faster than the sampled one (bench/NOTES.md, sessions 6, 7);
-    on the streamed builds (`vectors` = STREAM_VECTORS at one, two or four CTAs) their
-    stage, 16,384, 32,768 or 65,536 logits, past which their rows stream (SPEC.md 2.12); on the register
+    on the streamed builds (`vectors` = STREAM_VECTORS at one, two, four or eight CTAs)
+    their stage, 16,384-131,072 logits, past which their rows stream (SPEC.md 2.12); on the register
     build its capacity, 8,192 (no sampled path, SPEC.md 2.13)."""
     build = None if vectors is None else Build.of(cluster, vectors)
     if build is not None and (build.streams or build.registers):
@@ -386,6 +405,17 @@ STREAM_1_WIDTH_K512 = 524288
 # 524,288 logits the staged builds stay faster (16-24 x 524288: 8x512x16 even with it,
 # 16-24 x 262144: 4x1024x8 0.79-0.81 of its time).
 STREAM_4_WIDTH = 524288
+# Past STREAM_4_WIDTH logits, rows past the 16-CTA build's resident clusters (its second
+# wave) whose 8-CTA clusters are all resident at once stream on 8x512x4: one wave that
+# reads each row over eight SMs, where 16x512x16 takes two waves and 4x512x4 reads a row
+# over four. Measured on the H100 (every build forced, arm bundle 1f4a8a6b08a4, rho 0.9,
+# k 512 and 2048; bench/NOTES.md session 44): at 8-14 rows (16x512x16's two waves, 7
+# resident) of 600,000 and 786,432 logits 0.90-0.95 of 16x512x16's time, of 1,048,576
+# 0.93-0.98 (8 x 1M k512 27.1-27.5 against 29.1 us); at 15 rows (8x512x4's 15 resident)
+# 0.83-0.87 of 4x512x4's; at 16 rows (two waves of it) 1.21-1.29x 4x512x4's; at 4-7 rows
+# 16x512x16's one wave stays faster (8x512x4 1.38-1.54x its time, 7 x 1M k512 26.7 against
+# 18.4 us), and at 524,288 logits, where these rows do not stream, 8x512x16 (8x512x4
+# 1.19-1.25x its time at 8-14 rows).
 # Up to STREAM_WIDTH, since the streamed builds' narrow pass (kernel 5a264f4357d9): at 72-128
 # rows, 2x512x16 in two waves against one of 1x512x4, the stream took 0.81-0.97 of the time;
 # at 160 (three against two) 0.94-1.15; at 256 (four against two) 0.77-0.91 (session 19).
@@ -410,8 +440,9 @@ def streams_for(rows, width, resident, block_mode=False):
     wider than 65,536 logits, and STREAM_ROWS rows or more past STREAM_WIDTH logits, or up
     to it where 2x512x16 would run in at least STREAM_WAVE_RATIO times the waves of the
     streamed build (stream_build_for) but for two waves of it past STREAM_TWO_WAVE_WIDTH
-    logits, or rows past the 16-CTA build's WAVES_16 waves. (resident is asked only where
-    its answer decides: under the JIT a query compiles the build.)"""
+    logits, or rows past the 16-CTA build's WAVES_16 waves, or past its one wave while
+    every row's 8x512x4 cluster is resident. (resident is asked only where its answer
+    decides: under the JIT a query compiles the build.)"""
     if block_mode or width <= Build.of(1, 16).stage:
         return False
     if width <= STREAM_WIDTH:
@@ -422,17 +453,24 @@ def streams_for(rows, width, resident, block_mode=False):
         return staged_waves >= STREAM_WAVE_RATIO * waves(rows, resident(stream_build_for(rows, width, resident)))
     if rows >= STREAM_ROWS:
         return True
-    return width > Build.of(8, 16).stage and rows > WAVES_16 * resident(Build.of(16, 16))
+    if width <= Build.of(8, 16).stage:
+        return False
+    wide = resident(Build.of(16, 16))
+    return rows > WAVES_16 * wide or (rows > wide and rows <= resident(STREAM_8))
 
 
 def stream_build_for(rows, width, resident, k=None):
-    """The streamed build of a streaming batch (SPEC.md 2.1): 4x512x4 past STREAM_4_WIDTH
-    logits while every row's 4-CTA cluster is resident at once; else 1x512x4 when its rows
+    """The streamed build of a streaming batch (SPEC.md 2.1): past STREAM_4_WIDTH logits
+    8x512x4 while every row's 8-CTA cluster is resident at once, else 4x512x4 while every
+    row's 4-CTA cluster is; else 1x512x4 when its rows
     outnumber the resident 2x512x4 clusters and are at most STREAM_1_WIDTH logits wide, or
     at k = 512 at most STREAM_1_WIDTH_K512 wide while they fit one wave of 1x512x4; else
     2x512x4. (k None: the rule of every k.)"""
-    if width > STREAM_4_WIDTH and rows <= resident(STREAM_4):
-        return STREAM_4
+    if width > STREAM_4_WIDTH:
+        if rows <= resident(STREAM_8):
+            return STREAM_8
+        if rows <= resident(STREAM_4):
+            return STREAM_4
     if rows > resident(STREAM_2) and (width <= STREAM_1_WIDTH or (
             k == 512 and width <= STREAM_1_WIDTH_K512 and rows <= resident(STREAM))):
         return STREAM
@@ -474,7 +512,7 @@ def precompile_builds(max_width):
     either mode: each build's widest row (capped at max_width) and the first width past
     65,536 and past STREAM_WIDTH logits, at 1, 2 and STREAM_ROWS rows, with one cluster
     of every build resident, with two or STREAM_ROWS of one build, or STREAM_ROWS of every
-    build (so 8x512x8, the 2-CTA builds, 4x1024x8, the 1-CTA builds and the three streamed
+    build (so 8x512x8, the 2-CTA builds, 4x1024x8, the 1-CTA builds and the four streamed
     builds all appear where a width reaches them)."""
     check_width(max_width)
     widths = {min(max_width, w) for w in

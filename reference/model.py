@@ -140,7 +140,7 @@ EQ_NEED_INCLUSIVE = _mutant("eq_need_inclusive", "eq key kept while eqb <= k - A
 EQ_HIGHEST_INDEX = _mutant("eq_highest_index", "the highest-index keys == K kept, not the lowest")
 UNDERFLOW_GT_ONLY = _mutant("underflow_gt_only", "underflow when G < k (keys equal to the cutoff ignored)")
 
-# The streamed path of 1x512x4, 2x512x4 and 4x512x4 (SPEC.md 2.12): each CTA's stream of its chunk in
+# The streamed path of the streamed builds (1x512x4 to 8x512x4, SPEC.md 2.12): each CTA's stream of its chunk in
 # tiles into its queue of vectors, the queue's overflow, the keys == cutoff it leaves out,
 # and the direct path from global memory after an overflow or underflow.
 STREAM_AT_STAGE = _mutant("stream_at_stage",

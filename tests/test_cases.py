@@ -132,7 +132,8 @@ def test_top_slot_cases_cover_every_build():
     # slots are covered by the one-cta cases and the ci rows up to 65,536 logits instead; a
     # 2-CTA build's top slot (from 57,345 and 122,881 logits) lies inside the ci rows of
     # 65,536 and 131,072 logits, which reach it (test_coverage's model-at-ci test), as does
-    # the streamed 4x512x4's (from 49,177 logits; its staged rows are direct only).
+    # the streamed 4x512x4's (from 49,177 logits; its staged rows are direct only), and the
+    # streamed 8x512x4's (from 98,305 logits: the ci rows of 131,072, in both modes).
     assert sorted(name for c in _top_slot_cases() for name in c.make.keywords["builds"]) == sorted(
         b.name for b in BUILDS if b.cluster > 2 and not b.streams)
 

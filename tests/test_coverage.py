@@ -174,11 +174,12 @@ def test_dropping_a_top_slot_case_leaves_its_slots_unreached(model_ci, case):
 # short, length 0, direct at slot 0; the 1-CTA builds' slots (their direct, sampled and
 # underflow rows, block rows up to 65,536 logits); 2x512x16's (rows of 131,072 logits, both
 # modes, and its underflow); 1x512x4's (its stage in both modes); the streamed builds' streamed
-# rows, sampled, overflowed (4x512x4's in rows past 262,144 logits) and underflowed;
+# rows, sampled, overflowed (4x512x4's in rows past 262,144 logits, 8x512x4's past 524,288)
+# and underflowed;
 # then the top-slot cases (the last one is dropped below)
 MINIMAL = ["lengths", "one-cta-direct", "one-cta-underflow-wide", "needles", "plateau", "sampled-lengths",
            "sampled-underflow", "sampled-narrow-overflow", "sampled-narrow-overflow-65536", "stage-16384",
-           "streamed-queue", "streamed-queue-4", "register-boundaries"] + \
+           "streamed-queue", "streamed-queue-4", "streamed-queue-8", "register-boundaries"] + \
     [c.name for c in TOP_SLOT_CASES]
 
 

@@ -39,8 +39,9 @@ def test_build_spellings():
         # the register build takes token rows only (SPEC 2.13)
         assert (build.capacity_in(False), build.capacity_in(True)) == (build.capacity,
                                                                        0 if build.registers else build.stage)
-    assert [b.name for b in BUILDS if b.streams] == [b.name for b in (policy.STREAM, policy.STREAM_2, policy.STREAM_4)] \
-        == ["1x512x4", "2x512x4", "4x512x4"]
+    assert [b.name for b in BUILDS if b.streams] == [
+        b.name for b in (policy.STREAM, policy.STREAM_2, policy.STREAM_4, policy.STREAM_8)] == [
+        "1x512x4", "2x512x4", "4x512x4", "8x512x4"]
     for bad in ("8x1024x8", "8x16", "8x512", "8-512-8", "x", (8,), (8, 512, 8, 1), (True, 8), 8, None, 8.0):
         with pytest.raises(ValueError, match="build"):
             Build.parse(bad)
@@ -64,6 +65,16 @@ def test_flags_accept_bools(value, want):
 def test_flags_refuse_the_rest(value):
     with pytest.raises(ValueError, match=r"block_mode=.* must be a bool"):
         policy.check_flag("block_mode", value)
+
+
+def test_maxima_reads_plans_and_refuses():
+    # row_max's plan (SPEC 2.5): a word a lane up to 32 words, 2 words a lane at 64 (4x512x4),
+    # 16-byte loads at 128 and 256; no plan where a lane's words would cross a CTA.
+    assert [policy.maxima_reads(c, t) for c, t in ((1, 512), (2, 512), (4, 512), (8, 512), (4, 1024),
+                                                   (16, 512))] == [(1, 1), (1, 1), (2, 1), (4, 4), (4, 4), (8, 4)]
+    for cluster, threads in ((3, 512), (64, 32)):
+        with pytest.raises(ValueError, match=f"{cluster} CTAs of {threads} threads"):
+            policy.maxima_reads(cluster, threads)
 
 
 def test_launch_slices():
