@@ -275,7 +275,8 @@ def _edge_problems(p):
     # more clusters resident than 2x512x16; 4x512x4 and 8x512x4 past EDGE_16)
     staged = {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "2x512x16", "1x512x4", "2x512x4", REGISTER_BUILD}
     wide = staged | {"8x512x16", "16x512x16"}
-    for width, want in ((EDGE_MAX, wide | {"4x512x4", "8x512x4"}), (EDGE_16, wide), (EDGE_8, staged), (EDGE_1 + 1, staged),
+    for width, want in ((EDGE_MAX, wide | {"4x512x4", "8x512x4"}), (EDGE_16, wide), (EDGE_8, staged),
+                        (EDGE_1 + 1, staged),
                         (EDGE_1, {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", REGISTER_BUILD}),
                         (EDGE_REGISTER, {"8x512x8", "4x1024x8", "1x512x8", "2x512x8", REGISTER_BUILD})):
         got = {b.name for b in p.precompile_builds(width)}
