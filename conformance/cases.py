@@ -310,6 +310,14 @@ def _top_slot_case(name, seed, builds):
                 intent=algo.controlled_intent(specs))
 
 
+def _vector_case(name, level, seed, width, specs, description, clusters=algo.STREAM_CLUSTERS):
+    """A token-mode case of algorithm_cases.make_vector_controlled rows (`specs`, the cutoff
+    steered at each cluster size of `clusters`), its intent from the same specs and
+    clusters (vector_intent), so that the two cannot drift apart."""
+    return Case(name, level, seed, partial(algo.make_vector_controlled, width=width, specs=specs, clusters=clusters),
+                description, modes=(False,), intent=algo.vector_intent(specs, clusters))
+
+
 _KS_BOUNDARY_PLATEAU = (0, 300, 511, 1023, 2047, 2048)
 _KS_NEEDLES = (511, 512, 513, 1023, 1024, 1025, 2047, 2048, 2049)
 _FEW_FINITE = (0, 1, 100, 511, 1023, 2047, 3000)
@@ -458,26 +466,20 @@ CASES = (
          "each row one value (1.0, +-0, +-inf, +-NaN, a subnormal) at 33,000-139,264 logits: streamed, each "
          "queue truncated at k vectors of top == cutoff out of thousands (EV_c > STREAM_QUEUE), K the cutoff",
          modes=(False,)),
-    Case("streamed-queue", "ci", 323,
-         partial(algo.make_vector_controlled, width=algo.W_STREAM, specs=algo.STREAM_SPECS),
-         "streamed rows whose vectors of top above / equal to the cutoff are placed half by half: a queue at "
-         "STREAM_QUEUE and one past it, overflow in one CTA, in every CTA and over the row only, K = cutoff "
-         "with the queue truncated at k, ties in both chunks, underflow and its boundary",
-         modes=(False,), intent=algo.vector_intent(algo.STREAM_SPECS)),
-    Case("streamed-queue-4", "ci", 337,
-         partial(algo.make_vector_controlled, width=algo.W_STREAM_4, specs=algo.STREAM_4_SPECS,
+    _vector_case("streamed-queue", "ci", 323, algo.W_STREAM, algo.STREAM_SPECS,
+                 "streamed rows whose vectors of top above / equal to the cutoff are placed half by half: a queue "
+                 "at STREAM_QUEUE and one past it, overflow in one CTA, in every CTA and over the row only, K = "
+                 "cutoff with the queue truncated at k, ties in both chunks, underflow and its boundary"),
+    _vector_case("streamed-queue-4", "ci", 337, algo.W_STREAM_4, algo.STREAM_4_SPECS,
+                 "4x512x4's streamed rows (its chunks past STREAM_QUEUE vectors), the cutoff steered at 1, 2 and 4 "
+                 "CTAs: CTA 0's queue at STREAM_QUEUE and one past it, the last CTA's alone overflowing, every "
+                 "queue of 4 fitting where 2 and 1 overflow, K = cutoff, underflow",
                  clusters=algo.STREAM_CLUSTERS_4),
-         "4x512x4's streamed rows (its chunks past STREAM_QUEUE vectors), the cutoff steered at 1, 2 and 4 CTAs: "
-         "CTA 0's queue at STREAM_QUEUE and one past it, the last CTA's alone overflowing, every queue of 4 "
-         "fitting where 2 and 1 overflow, K = cutoff, underflow",
-         modes=(False,), intent=algo.vector_intent(algo.STREAM_4_SPECS, algo.STREAM_CLUSTERS_4)),
-    Case("streamed-queue-8", "ci", 225,
-         partial(algo.make_vector_controlled, width=algo.W_STREAM_8, specs=algo.STREAM_8_SPECS,
+    _vector_case("streamed-queue-8", "ci", 225, algo.W_STREAM_8, algo.STREAM_8_SPECS,
+                 "8x512x4's streamed rows (its chunks past STREAM_QUEUE vectors), the cutoff steered at 1, 2, 4 "
+                 "and 8 CTAs: CTA 0's queue at STREAM_QUEUE and one past it, the last CTA's alone overflowing, "
+                 "every queue of 8 fitting where 4, 2 and 1 overflow, K = cutoff, underflow",
                  clusters=algo.STREAM_CLUSTERS_8),
-         "8x512x4's streamed rows (its chunks past STREAM_QUEUE vectors), the cutoff steered at 1, 2, 4 and 8 "
-         "CTAs: CTA 0's queue at STREAM_QUEUE and one past it, the last CTA's alone overflowing, every queue of "
-         "8 fitting where 4, 2 and 1 overflow, K = cutoff, underflow",
-         modes=(False,), intent=algo.vector_intent(algo.STREAM_8_SPECS, algo.STREAM_CLUSTERS_8)),
     Case("specials-65536", "ci", 324, partial(make_specials, rows=3, width=65536),
          "NaN of both signs, +-0, +-inf sprinkled into rows that stream on 1x512x4 and 2x512x4"),
     # --- full: ci plus the big ones ---------------------------------------------------------
@@ -527,11 +529,9 @@ CASES = (
          "12 rows past 8x512x16's width and the 16-CTA build's one wave (H100 and H200: 7 resident), within the "
          "resident 8x512x4 clusters (15): the policy streams them on 8x512x4 (SPEC.md 2.1); token mode only",
          modes=(False,)),
-    Case("streamed-fallbacks-1048576", "full", 216,
-         partial(algo.make_vector_controlled, width=algo.W_STREAM_WIDE, specs=algo.STREAM_WIDE_SPECS),
-         "a streamed queue at STREAM_QUEUE and one past it, overflow over the row only, ties at K = cutoff in "
-         "both chunks and underflow in rows 1,048,576 wide (1x512x4, 2x512x4, 16x512x16)", modes=(False,),
-         intent=algo.vector_intent(algo.STREAM_WIDE_SPECS)),
+    _vector_case("streamed-fallbacks-1048576", "full", 216, algo.W_STREAM_WIDE, algo.STREAM_WIDE_SPECS,
+                 "a streamed queue at STREAM_QUEUE and one past it, overflow over the row only, ties at K = cutoff "
+                 "in both chunks and underflow in rows 1,048,576 wide (1x512x4, 2x512x4, 16x512x16)"),
     # 16x512x16's sampled rows staged by copies (SPEC.md 2.2, Copies: rows of at least
     # SAMPLED_ASYNC_MIN_LENGTH logits in launches of at most SAMPLED_ASYNC_ROWS = 2 rows; the
     # wider cases above have more rows a launch, so they stage as every other build does).
