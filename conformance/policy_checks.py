@@ -395,6 +395,12 @@ def _stream_build_for(narrow=lambda w, c: w <= c, many=lambda r, n: r > n, asked
     return {"stream_build_for": stream_build_for}
 
 
+def _fits_8(fits):
+    """The 8x512x4 residency test `fits(rows, resident)` in both places that ask it:
+    whether rows stream (streams_for) and which streamed build they take (stream_build_for)."""
+    return {**_stream_build_for(fits_8=fits), **_streams_for(fits_8=fits)}
+
+
 def _four_before_eight():
     """stream_build_for asking 4x512x4's residency before 8x512x4's."""
     own = policy.stream_build_for
@@ -554,8 +560,7 @@ POLICY_MUTANTS = {
     "stream_4_threads_1024": ("the 4-CTA streamed build has 1024 threads, as 4x1024x8 (threads_for by cluster)",
                               lambda: {"threads_for": lambda cluster, vectors=None: 1024 if cluster == 4 else 512}),
     "stream_8_never": ("streaming batches never take 8x512x4, nor do rows within its one wave stream (the rule "
-                       "before session 44)", lambda: {**_stream_build_for(fits_8=lambda r, n: False),
-                                                      **_streams_for(fits_8=lambda r, n: False)}),
+                       "before session 44)", lambda: _fits_8(lambda r, n: False)),
     "stream_8_build_never": ("streaming batches never take 8x512x4 (rows within its one wave stream on 4x512x4)",
                              lambda: _stream_build_for(fits_8=lambda r, n: False)),
     "stream_8_rows_never": ("rows past the 16-CTA build's one wave stay on it up to two waves (8x512x4 only past them)",
@@ -563,11 +568,9 @@ POLICY_MUTANTS = {
     "stream_8_at_width": ("8x512x4 from STREAM_4_WIDTH logits (width >= 524,288, not >)",
                           lambda: _stream_build_for(wide_8=lambda w, c: w >= c)),
     "stream_8_past_resident": ("8x512x4 for rows = its resident clusters + 1 (two waves)",
-                               lambda: {**_stream_build_for(fits_8=lambda r, n: r <= n + 1),
-                                        **_streams_for(fits_8=lambda r, n: r <= n + 1)}),
+                               lambda: _fits_8(lambda r, n: r <= n + 1)),
     "stream_8_strict": ("8x512x4 only while rows < its resident clusters (not <=)",
-                        lambda: {**_stream_build_for(fits_8=lambda r, n: r < n),
-                                 **_streams_for(fits_8=lambda r, n: r < n)}),
+                        lambda: _fits_8(lambda r, n: r < n)),
     "stream_8_resident_16": ("the 8x512x4 rule asks 8x512x16's residency, not its own",
                              lambda: _stream_build_for(asked_8=policy.Build.of(8, 16))),
     "stream_8_one_wave_of_16": ("rows of one wave of the 16-CTA build stream on 8x512x4 too (rows >= its resident)",
