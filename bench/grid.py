@@ -740,8 +740,9 @@ def run(args):
         for kind in args.data:
             for n in args.lengths:
                 for r in args.rows:
-                    plan += [(kind, r, n, k, False) for k in args.ks]
-                    if (n == policy.MAX_WIDTH or args.block) and not args.ragged:
+                    if not args.block_only:
+                        plan += [(kind, r, n, k, False) for k in args.ks]
+                    if (n == policy.MAX_WIDTH or args.block or args.block_only) and not args.ragged:
                         plan.append((kind, r, n, 2048, True))
     path = out_dir / f"grid{args.tag}.json"
     ctx["timer"].warm_gpu()
@@ -1561,6 +1562,8 @@ def main(argv=None):
                    help="also time every other build that holds the width in one launch, forced (builds_us)")
     r.add_argument("--block", action="store_true",
                    help="a block-mode point (k 2048) at every length, not only at 1,048,576")
+    r.add_argument("--block-only", action="store_true",
+                   help="only the block-mode points (k 2048), at every length")
     p = sub.add_parser("report", help="the PNG and RESULTS.md from run's JSON (any machine; needs matplotlib)")
     add_report_arguments(p)
     args = ap.parse_args(argv)

@@ -71,16 +71,19 @@ class SpeedOfLight:
                 for i, words in loaded:
                     dtk.shared_store_u32x4(stage + i * 16, words)
             count = Int32(0)  # nothing more to stage
-        for batch in cutlass.range_constexpr(0, V, self.load_batch):
-            staged = []
-            for s in cutlass.range_constexpr(batch, batch + self.load_batch):
-                i = s * nt + tid
-                g = start + i
-                valid = dtk._pick(i < count, cutlass.min(length - g * 8, Int32(8)), 0)
-                staged.append((i, dtk.load_u32x4(row_logits + Int64(g) * 16, valid)))
-            for i, words in staged:
-                if i < count:
-                    dtk.shared_store_u32x4(stage + i * 16, words)
+        # In rounds of a stage: one for a token row, up to KEY_BLOCKS for a block row, whose
+        # chunk of blocks DecodeTopK stages as keys (SPEC.md 2.2).
+        for first in cutlass.range(0, count, nt * V, unroll=1):
+            for batch in cutlass.range_constexpr(0, V, self.load_batch):
+                staged = []
+                for s in cutlass.range_constexpr(batch, batch + self.load_batch):
+                    i = first + s * nt + tid
+                    g = start + i
+                    valid = dtk._pick(i < count, cutlass.min(length - g * 8, Int32(8)), 0)
+                    staged.append((i - first, i, dtk.load_u32x4(row_logits + Int64(g) * 16, valid)))
+                for slot, i, words in staged:
+                    if i < count:
+                        dtk.shared_store_u32x4(stage + slot * 16, words)
         # The k indices, spread over the cluster's threads.
         out_row = out.iterator.toint() + Int64(row) * (k * 4)
         for j in cutlass.range_constexpr((k + C * nt - 1) // (C * nt)):

@@ -192,6 +192,25 @@ def make_mostly_neg_inf(rng, width, finite_blocks):
     return fill_past_lengths(rng, logits, lengths), lengths
 
 
+def make_key_stage(rng, width):
+    """Block rows as wide as a build's stage of keys (SPEC.md 2.2: KEY_BLOCKS keys a
+    vector): at the width (every CTA of a build of that capacity fills its top slot) and
+    one logit short (the pinned newest block partial), specials sprinkled in; every block
+    one value (K tied at every block, taken by lowest index across key vectors and CTAs),
+    the chunks uneven; -inf with 1,000 finite blocks (k = 2048: K = -inf, -1 for the
+    chosen -inf blocks in every lane of a key vector); Gaussian at half the width and a key
+    vector's worth of blocks past it."""
+    logits = normal_bits(rng, (5, width))
+    lengths = np.array([width, width - 1, width - 8 * 13 - 5, width - 8 * 5 - 2, width // 2 + 8 * 3 + 1])
+    hit = rng.random((2, width)) < 0.02
+    logits[:2][hit] = rng.choice(SPECIAL_PATTERNS, size=int(hit.sum()))
+    logits[2] = bf16_bits_from_float32(np.float32(1.0))
+    logits[3] = NEG_INF_BITS
+    chosen = rng.choice(int(lengths[3]) // 8, size=1000, replace=False)
+    logits[3, 8 * chosen + rng.integers(0, 8, size=chosen.size)] = normal_bits(rng, chosen.size)
+    return fill_past_lengths(rng, logits, lengths), lengths
+
+
 def make_monotone(rng, width):
     """Ascending and descending rows: over evenly spread keys (distinct up to 65,279
     elements) and over a smooth ramp (BF16 rounding gives runs of equal values)."""
@@ -482,6 +501,19 @@ CASES = (
                  clusters=algo.STREAM_CLUSTERS_8),
     Case("specials-65536", "ci", 324, partial(make_specials, rows=3, width=65536),
          "NaN of both signs, +-0, +-inf sprinkled into rows that stream on 1x512x4 and 2x512x4"),
+    # --- ci: block rows at each capacity of the stage of keys (SPEC.md 2.2: KEY_BLOCKS keys a
+    # vector), so every build's every key slot, 0 .. KEY_BLOCKS V - 1 (conformance/coverage.py)
+    Case("key-stage-131072", "ci", 227, partial(make_key_stage, width=131072),
+         "block rows at 1x512x4's capacity of keys (16,384 blocks): its top key slot, specials, one value, "
+         "-inf with 1,000 finite blocks", modes=(True,)),
+    Case("key-stage-262144", "ci", 228, partial(make_key_stage, width=262144),
+         "block rows at the capacity of keys of 1x512x8 and 2x512x4: their top key slots", modes=(True,)),
+    Case("key-stage-524288", "ci", 229, partial(make_key_stage, width=524288),
+         "block rows at the capacity of keys of 1x512x16, 2x512x8 and 4x512x4: their top key slots",
+         modes=(True,)),
+    Case("key-stage-1048576", "ci", 230, partial(make_key_stage, width=1048576),
+         "block rows at the capacity of keys of 2x512x16, 4x1024x8, 8x512x4 and 8x512x8 (1,048,576 logits; "
+         "8x512x8 holds twice that): their top key slots", modes=(True,)),
     # --- full: ci plus the big ones ---------------------------------------------------------
     Case("indexer-64x131072", "full", 201, partial(make_indexer, rows=64, width=131072, rho=0.9, heads=32, dim=64),
          "a decode batch of indexer-like rows at rho 0.9"),
@@ -520,11 +552,12 @@ CASES = (
          "more rows than resident clusters (H200: 15 of 8x512x16, 7 of 16x512x16): later waves"),
     Case("waves-1048576", "full", 215, partial(make_indexer, rows=10, width=1048576, rho=0.9, heads=32, dim=64),
          "more rows of the widest width than resident 16x512x16 clusters (H100 and H200: 7): two waves of it "
-         "(block rows, and token rows where it is forced); the policy streams token rows on 8x512x4 (SPEC.md 2.1)"),
+         "where it is forced; the policy streams the token rows on 8x512x4 and stages the block rows' keys on "
+         "8x512x8 (SPEC.md 2.1)"),
     Case("stream4-600000", "full", 220, partial(make_indexer, rows=16, width=600000, rho=0.9, heads=32, dim=64),
          "16 rows past 8x512x16's width and the 16-CTA build's two waves (H100 and H200: 7 resident), within "
-         "the resident 4x512x4 clusters (30): the policy streams them on 4x512x4 (SPEC.md 2.1); token mode "
-         "only (as many block rows are refused: max_rows)", modes=(False,)),
+         "the resident 4x512x4 clusters (30): the policy streams them on 4x512x4 (SPEC.md 2.1); their block "
+         "rows stage keys on 8x512x8 (16 resident) or in waves of 2x512x16"),
     Case("stream8-786432", "full", 226, partial(make_indexer, rows=12, width=786432, rho=0.9, heads=32, dim=64),
          "12 rows past 8x512x16's width and the 16-CTA build's one wave (H100 and H200: 7 resident), within the "
          "resident 8x512x4 clusters (15): the policy streams them on 8x512x4 (SPEC.md 2.1); token mode only",

@@ -39,7 +39,7 @@ from collections import Counter
 
 import numpy as np
 
-from decode_topk.kernel.policy import BUILDS, KS, LOGITS_PER_VECTOR, Build, direct_max_length
+from decode_topk.kernel.policy import BUILDS, KEY_BLOCKS, KS, LOGITS_PER_VECTOR, MAX_WIDTH, Build, direct_max_length
 
 from .trace import PATH_NAMES, REASON_NAMES, chunks
 
@@ -65,20 +65,23 @@ def vector_count(lengths):
     return (np.asarray(lengths, dtype=np.int64) + LOGITS_PER_VECTOR - 1) // LOGITS_PER_VECTOR
 
 
-def streamed_rows(build, lengths):
+def streamed_rows(build, lengths, block_mode=False):
     """bool [rows]: the rows that stream on build (SPEC.md 2.12): on a streamed build the
-    rows longer than its stage, which only token rows can be (a block row is at most the
-    stage, Build.capacity_in)."""
+    token rows longer than its stage (block rows never stream: their stage of keys holds
+    them, Build.capacity_in)."""
     build = normalize_build(build)
     lengths = np.asarray(lengths, dtype=np.int64)
-    return lengths > build.stage if build.streams else np.zeros(lengths.shape, bool)
+    if build.streams and not block_mode:
+        return lengths > build.stage
+    return np.zeros(lengths.shape, bool)
 
 
-def slots_reached(build, lengths):
+def slots_reached(build, lengths, block_mode=False):
     """int64 [rows]: how many staged-vector slots each row fills on build, i.e. the row
     reaches slots 0 .. result - 1 (0: it stages nothing). CTA by CTA from the chunk rule:
     CTA c stages its local vectors 0 .. count_c - 1 in slots i div T, so ceil(count_c / T)
-    slots; a streamed row (streamed_rows) stages nothing. The register build (SPEC.md 2.13)
+    slots (block mode: a block's key a slot, up to KEY_BLOCKS V of them, SPEC.md 2.2); a
+    streamed row (streamed_rows) stages nothing. The register build (SPEC.md 2.13)
     stages nothing either: thread t holds vectors V t .. V t + V - 1 in registers, so its
     "slot" is a vector's place among its thread's, i mod V, and a row of nv vectors reaches
     min(nv, V) of them."""
@@ -88,7 +91,7 @@ def slots_reached(build, lengths):
         return np.minimum(nv, build.vectors)
     start, end = chunks(nv[:, None], build.cluster)  # [rows, C]
     filled = (-(-(end - start) // build.threads)).max(axis=1, initial=0)
-    return np.where(streamed_rows(build, lengths), 0, filled)
+    return np.where(streamed_rows(build, lengths, block_mode), 0, filled)
 
 
 def top_slot_vectors(build, length):
@@ -126,8 +129,8 @@ def run_combinations(build, lengths, block_mode, trace):
         raise ValueError(f"trace of shape {trace.shape} for {lengths.shape[0]} rows")
     label = build_label(build)
     mode = MODE_NAMES[bool(block_mode)]
-    filled = slots_reached(build, lengths)
-    streamed = streamed_rows(build, lengths)
+    filled = slots_reached(build, lengths, block_mode)
+    streamed = streamed_rows(build, lengths, block_mode)
     result = Counter()
     for count, stream, path, reason in zip(filled.tolist(), streamed.tolist(), trace[:, 0].tolist(),
                                            trace[:, 1].tolist()):
@@ -169,10 +172,14 @@ def reachable(build):
       once a chunk may hold more than STREAM_QUEUE vectors (nv > 8,192 C; e.g. the 2048
       samples one value, the cutoff, and every other vector's top above it: each CTA's
       GV_c is nearly its whole chunk).
-    Block mode (n = nv, no sampled path):
+    Block mode (n = nv, no sampled path; a block's key a slot, SPEC.md 2.2, so nv <=
+    KEY_BLOCKS C T V and the slots are 0 .. KEY_BLOCKS V - 1):
     - short (nv <= k <= 2048): slots 0 .. ceil(ceil(2048 / C) / T) - 1 (slot 0 at C >= 4,
       where C T >= 4096; slots 0-1 at C = 2; slots 0-3 at C = 1), or no slot at length 0.
-    - direct, reason 0, for k < nv <= C T V: every slot 0 .. V - 1.
+    - direct, reason 0, for k < nv <= KEY_BLOCKS C T V: every slot 0 .. KEY_BLOCKS V - 1,
+      but no row is wider than MAX_WIDTH (131,072 blocks), so on the builds whose keys
+      hold more only the slots up to ceil(ceil(131,072 / C) / T) - 1 (8x512x8, 4x1024x8
+      and 8x512x16: 0-31; 16x512x16: 0-15).
     No other (path, reason) is possible: the sampled path and the fallbacks exist only in
     token mode for n > D, and a short row never falls back.
     The register build (SPEC.md 2.13: V vectors a thread in registers, token rows only):
@@ -187,12 +194,11 @@ def reachable(build):
         return ({combo for combo in combos if combo[1] == "token" and combo[2] == NO_SLOT}
                 | {(label, "token", s, path, NONE) for s in range(vectors) for path in (SHORT, DIRECT)})
     per_cta = -(-max(KS) // cluster)  # a short block row's largest chunk, in vectors
-    combos |= {(label, "block", s, SHORT, NONE) for s in range(min(vectors, -(-per_cta // threads)))}
+    combos |= {(label, "block", s, SHORT, NONE) for s in range(-(-per_cta // threads))}
+    widest = -(-(-(-MAX_WIDTH // LOGITS_PER_VECTOR) // cluster) // threads)  # a MAX_WIDTH block row's slots
+    combos |= {(label, "block", s, DIRECT, NONE) for s in range(min(KEY_BLOCKS * vectors, widest))}
     direct_vectors = direct_max_length(cluster, vectors) // (8 * cluster * threads)  # d
-    for s in range(vectors):
-        combos.add((label, "block", s, DIRECT, NONE))
-        if s < direct_vectors:
-            combos.add((label, "token", s, DIRECT, NONE))
+    combos |= {(label, "token", s, DIRECT, NONE) for s in range(min(vectors, direct_vectors))}
     attempts = [(SAMPLED, NONE), (DIRECT, UNDERFLOW), (DIRECT, OVERFLOW)]
     if normalize_build(build).streams:
         combos |= {(label, "token", STREAMED, path, reason) for path, reason in attempts}

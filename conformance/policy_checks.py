@@ -1,7 +1,7 @@
 """The launch policy at its edges (SPEC.md 2.1), and planted policy bugs.
 
 A build chosen one logit or one row off at a threshold changes no output and no trace,
-only speed (or, at the 16-CTA build's wave limit, whether a launch is taken at all), so
+only speed (or, where a build's capacity is wrong, whether a launch is taken at all), so
 the conformance suite cannot see it. `edge_problems()` states SPEC 2.1's thresholds as a
 table of (rows, width, mode) -> build at each edge and one past it, for several resident
 counts, and returns every disagreement with the policy as it is imported now.
@@ -31,16 +31,22 @@ EDGE_8 = 262144  # 8x512x8 and 4x1024x8
 EDGE_16 = 524288  # 8x512x16
 EDGE_MAX = 1048576  # 16x512x16
 EDGE_DIRECT = 65536  # the direct path's longest token row at 4 and 8 CTAs (two vectors a thread)
-EDGE_TWO_FIRST = 8192  # rows up to this width take 2 CTAs before 8 (one vector a thread at 2 x 512)
 EDGE_REGISTER = 8192  # the register build 1x512x2's token rows (SPEC 2.13)
 REGISTER_BUILD = "1x512x2"  # one CTA of 512 threads, two vectors a thread in registers
-EDGE_STAGE = 16384  # 1x512x4's stage (SPEC 2.12): its block rows' capacity and its D
+EDGE_STAGE = 16384  # 1x512x4's stage (SPEC 2.12): its D
 EDGE_STAGE_2 = 32768  # 2x512x4's stage: the same for it
 EDGE_STAGE_4 = 65536  # 4x512x4's stage: the same for it
 EDGE_STAGE_8 = 131072  # 8x512x4's stage: the same for it
+KEYS = 8  # a block row's stage holds 8 keys a vector (SPEC 2.2): its block capacity, 8 x the stage
 # The streamed builds (SPEC 2.1, 2.12): their names, (token, block) capacities and D.
-STREAMED = {"1x512x4": ((EDGE_MAX, EDGE_STAGE), EDGE_STAGE), "2x512x4": ((EDGE_MAX, EDGE_STAGE_2), EDGE_STAGE_2),
-            "4x512x4": ((EDGE_MAX, EDGE_STAGE_4), EDGE_STAGE_4), "8x512x4": ((EDGE_MAX, EDGE_STAGE_8), EDGE_STAGE_8)}
+STREAMED = {"1x512x4": ((EDGE_MAX, KEYS * EDGE_STAGE), EDGE_STAGE),
+            "2x512x4": ((EDGE_MAX, KEYS * EDGE_STAGE_2), EDGE_STAGE_2),
+            "4x512x4": ((EDGE_MAX, KEYS * EDGE_STAGE_4), EDGE_STAGE_4),
+            "8x512x4": ((EDGE_MAX, KEYS * EDGE_STAGE_8), EDGE_STAGE_8)}
+# The block rule (SPEC 2.1): 16x512x16 past EDGE_BLOCK_16 logits while every row's cluster
+# is resident, else 8x512x8 while every row's is, else 4x512x4 where it holds the rows and
+# every row's is, else 2x512x8 up to its block capacity, else 2x512x16.
+EDGE_BLOCK_16 = 262144
 # The stream rule (SPEC 2.1, 2.12): token batches wider than EDGE_1 logits stream up to
 # STREAM_WIDTH logits where 2x512x16 would take at least WAVE_RATIO times the waves of the
 # streamed build (but not two waves of it past EDGE_TWO_WAVE logits), from STREAM_ROWS rows
@@ -50,7 +56,7 @@ STREAMED = {"1x512x4": ((EDGE_MAX, EDGE_STAGE), EDGE_STAGE), "2x512x4": ((EDGE_M
 # is, else 1x512x4 past the resident 2x512x4
 # clusters up to EDGE_8 logits (at k = 512 up to EDGE_16 while the rows fit one wave of
 # 1x512x4), else 2x512x4. Measured on the H200 and the H100 (kernel/policy.py's
-# STREAM_ROWS, STREAM_WIDTH, STREAM_1_WIDTH, STREAM_1_WIDTH_K512, STREAM_4_WIDTH,
+# STREAM_ROWS, STREAM_WIDTH, STREAM_1_WIDTH, STREAM_1_WIDTH_K512, STREAM_WIDE_WIDTH,
 # STREAM_WAVE_RATIO and STREAM_TWO_WAVE_WIDTH): when they change there, change these with
 # them; the edge table follows them.
 STREAM_ROWS = 32
@@ -129,12 +135,18 @@ def expected_build(rows, width, resident, block_mode=False, k=None):
     (independent of kernel/policy.py)."""
     if not block_mode and width <= EDGE_REGISTER:  # at any row count
         return REGISTER_BUILD
+    if block_mode:
+        if width > EDGE_BLOCK_16 and rows <= resident(policy.Build(16, 512, 16)):
+            return "16x512x16"
+        if rows <= resident(policy.Build(8, 512, 8)):
+            return "8x512x8"
+        if width <= KEYS * EDGE_STAGE_4 and rows <= resident(policy.Build(4, 512, 4)):
+            return "4x512x4"
+        return "2x512x8" if width <= KEYS * EDGE_1 else "2x512x16"
     if expected_streams(rows, width, resident, block_mode):
         return expected_stream_build(rows, width, resident, k)
     if width <= EDGE_8:
         two_fits = rows <= resident(policy.Build(2, 512, 8))
-        if two_fits and width <= EDGE_TWO_FIRST:
-            return "2x512x8"
         if rows <= resident(policy.Build(8, 512, 8)):
             return "8x512x8"
         if width > EDGE_1_8 and rows <= resident(policy.Build(4, 1024, 8)):
@@ -151,12 +163,6 @@ def expected_build(rows, width, resident, block_mode=False, k=None):
     return "16x512x16"
 
 
-def expected_max_rows(width, resident, block_mode=False):
-    """None (no limit) but for block rows on the 16-CTA build: two waves (token rows past
-    them stream)."""
-    return None if not block_mode or width <= EDGE_16 else 2 * resident(policy.Build(16, 512, 16))
-
-
 def edge_problems(p=policy):
     """Disagreements of policy module `p` with SPEC 2.1 at every threshold (a policy that
     raises where SPEC 2.1 has an answer is one too)."""
@@ -168,7 +174,7 @@ def edge_problems(p=policy):
 
 def _edge_problems(p):
     problems = []
-    edges = (EDGE_TWO_FIRST, EDGE_STAGE, EDGE_STAGE_2, EDGE_1_8, EDGE_1, EDGE_2, EDGE_8, EDGE_16, EDGE_MAX,
+    edges = (EDGE_REGISTER, EDGE_STAGE, EDGE_STAGE_2, EDGE_1_8, EDGE_1, EDGE_2, EDGE_8, EDGE_16, EDGE_MAX,
              STREAM_WIDTH, EDGE_TWO_WAVE)
     widths = sorted({0, 1, 8, 4096} | {e + d for e in edges for d in (-1, 0, 1)} - {EDGE_MAX + 1})
     for small, large16, four, two, two16, stream2, register, stream4, stream8 in (
@@ -207,10 +213,9 @@ def _edge_problems(p):
                         problems.append(f"build_for(rows={rows}, width={width}, resident {small}/{large16}, {mode}, "
                                         f"k={k}): {got}, SPEC 2.1 says {want}")
                 got_limit = p.max_rows(width, resident, block_mode)
-                want_limit = expected_max_rows(width, resident, block_mode)
-                if got_limit != want_limit:
+                if got_limit is not None:  # (block rows took at most two 16-CTA waves until session 45)
                     problems.append(f"max_rows(width={width}, resident {small}/{large16}, {mode}): {got_limit}, "
-                                    f"SPEC 2.1 says {want_limit}")
+                                    "SPEC 2.1 says no limit")
     for width in (-1, EDGE_MAX + 1, EDGE_MAX + 8):
         try:
             p.check_width(width)
@@ -222,10 +227,12 @@ def _edge_problems(p):
             p.check_width(width)
         except ValueError as exc:
             problems.append(f"check_width({width}) refused a width a build holds: {exc}")
-    # (token, block) capacities: the stage C T V 8, but for the streamed builds' token rows
-    capacities = {"8x512x8": (EDGE_8,) * 2, "4x1024x8": (EDGE_8,) * 2, "8x512x16": (EDGE_16,) * 2,
-                  "16x512x16": (EDGE_MAX,) * 2, "1x512x8": (EDGE_1_8,) * 2, "1x512x16": (EDGE_1,) * 2,
-                  "2x512x8": (EDGE_1,) * 2, "2x512x16": (EDGE_2,) * 2, REGISTER_BUILD: (EDGE_REGISTER, 0)}
+    # (token, block) capacities: the stage C T V 8 (the streamed builds' token rows: any
+    # width) and KEYS times it (a stage of keys, SPEC 2.2)
+    capacities = {name: (stage, KEYS * stage) for name, stage in (
+        ("8x512x8", EDGE_8), ("4x1024x8", EDGE_8), ("8x512x16", EDGE_16), ("16x512x16", EDGE_MAX),
+        ("1x512x8", EDGE_1_8), ("1x512x16", EDGE_1), ("2x512x8", EDGE_1), ("2x512x16", EDGE_2))}
+    capacities[REGISTER_BUILD] = (EDGE_REGISTER, 0)
     capacities.update({name: both for name, (both, _) in STREAMED.items()})
     if sorted(b.name for b in p.BUILDS) != sorted(capacities):
         problems.append(f"the builds are {sorted(b.name for b in p.BUILDS)}, SPEC 2.1 and 2.12 say "
@@ -272,13 +279,15 @@ def _edge_problems(p):
             problems.append(f"vectors_for({width}, {cluster}) = {p.vectors_for(width, cluster)}, SPEC 2.1 says {want}")
     # precompile_builds: every build the rules above pick up to a width, for any resident
     # counts (1x512x4 and 2x512x4 from the first width past EDGE_1: 2x512x4 where it keeps
-    # more clusters resident than 2x512x16; 4x512x4 and 8x512x4 past EDGE_16)
-    staged = {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "2x512x16", "1x512x4", "2x512x4", REGISTER_BUILD}
+    # more clusters resident than 2x512x16; 4x512x4 and 8x512x4 past EDGE_16; block rows:
+    # 4x512x4 at every width, 8x512x8 and 2x512x8 at the register build's)
+    staged = {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "2x512x16", "1x512x4", "2x512x4", "4x512x4",
+              REGISTER_BUILD}
     wide = staged | {"8x512x16", "16x512x16"}
-    for width, want in ((EDGE_MAX, wide | {"4x512x4", "8x512x4"}), (EDGE_16, wide), (EDGE_8, staged),
+    for width, want in ((EDGE_MAX, wide | {"8x512x4"}), (EDGE_16, wide), (EDGE_8, staged),
                         (EDGE_1 + 1, staged),
-                        (EDGE_1, {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", REGISTER_BUILD}),
-                        (EDGE_REGISTER, {"8x512x8", "4x1024x8", "1x512x8", "2x512x8", REGISTER_BUILD})):
+                        (EDGE_1, {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "4x512x4", REGISTER_BUILD}),
+                        (EDGE_REGISTER, {"8x512x8", "2x512x8", "4x512x4", REGISTER_BUILD})):
         got = {b.name for b in p.precompile_builds(width)}
         if got != want:
             problems.append(f"precompile_builds({width}) = {sorted(got)}, SPEC 2.1 picks {sorted(want)}")
@@ -323,13 +332,13 @@ def _registers_for(width=lambda w, c: w <= c, rows=lambda r, n: True, modes=lamb
 
 def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width_16=lambda w, c: w <= c,
                  width_1=lambda w, c: w <= c, many=lambda r, n: r > n, width_2=lambda w, c: w <= c,
-                 rows_2=lambda r, n: r <= n, first_2=lambda w, c: w <= c, two_vectors=8,
+                 rows_2=lambda r, n: r <= n, first_2=lambda w, c: False, two_vectors=8,
                  width_4=lambda w, c: w > c, rows_4=lambda r, n: r <= n, rows_16=lambda r, n: r > n):
     def cluster_for(rows, width, resident):
         policy.check_width(width)
         if width_8(width, policy.Build.of(8, 8).capacity):
             two = rows_2(rows, resident(policy.Build.of(2, two_vectors)))
-            if two and first_2(width, EDGE_TWO_FIRST):
+            if two and first_2(width, EDGE_REGISTER):
                 return 2
             if rows_ok(rows, resident(policy.Build.of(8, 8))):
                 return 8
@@ -384,9 +393,9 @@ def _stream_build_for(narrow=lambda w, c: w <= c, many=lambda r, n: r > n, asked
                       wide_4=lambda w, c: w > c, fits_4=lambda r, n: r <= n, asked_4=None,
                       wide_8=lambda w, c: w > c, fits_8=lambda r, n: r <= n, asked_8=None):
     def stream_build_for(rows, width, resident, k=None):
-        if wide_8(width, policy.STREAM_4_WIDTH) and fits_8(rows, resident(asked_8 or policy.STREAM_8)):
+        if wide_8(width, policy.STREAM_WIDE_WIDTH) and fits_8(rows, resident(asked_8 or policy.STREAM_8)):
             return policy.STREAM_8
-        if wide_4(width, policy.STREAM_4_WIDTH) and fits_4(rows, resident(asked_4 or policy.STREAM_4)):
+        if wide_4(width, policy.STREAM_WIDE_WIDTH) and fits_4(rows, resident(asked_4 or policy.STREAM_4)):
             return policy.STREAM_4
         if many(rows, resident(asked or policy.STREAM_2)) and (narrow(width, policy.STREAM_1_WIDTH) or (
                 k512(k) and wide(width, policy.STREAM_1_WIDTH_K512) and one_wave(rows, resident(policy.STREAM)))):
@@ -406,20 +415,43 @@ def _four_before_eight():
     own = policy.stream_build_for
 
     def stream_build_for(rows, width, resident, k=None):
-        if width > policy.STREAM_4_WIDTH and rows <= resident(policy.STREAM_4):
+        if width > policy.STREAM_WIDE_WIDTH and rows <= resident(policy.STREAM_4):
             return policy.STREAM_4
         return own(rows, width, resident, k)
     return stream_build_for
 
 
-def _capacity_in(stream_token=policy.MAX_WIDTH, stream_block=None):
-    """Build.capacity_in with the streamed build's capacities replaced (None: its stage)."""
+def _capacity_in(stream_token=policy.MAX_WIDTH, stream_block=None, keys=policy.KEY_BLOCKS):
+    """Build.capacity_in with the streamed builds' capacities replaced (None: token rows,
+    the stage; block rows, `keys` times it) and `keys` keys a vector in every block stage."""
     def capacity_in(self, block_mode):
+        if block_mode:
+            if self.registers:
+                return 0
+            return keys * self.stage if stream_block is None or not self.streams else stream_block
         if not self.streams:
             return self.stage
-        chosen = stream_block if block_mode else stream_token
-        return self.stage if chosen is None else chosen
+        return self.stage if stream_token is None else stream_token
     return {"Build.capacity_in": capacity_in}
+
+
+def _block_build_for(wide=lambda w, c: w > c, fits_16=lambda r, n: r <= n, fits_8=lambda r, n: r <= n,
+                     holds_4=lambda w, c: w <= c, fits_4=lambda r, n: r <= n, holds_2=lambda w, c: w <= c,
+                     asked_16=None, asked_8=None, asked_4=None, two=None):
+    """block_build_for with one test or one build replaced."""
+    def block_build_for(rows, width, resident):
+        big = policy.Build.of(16, 16)
+        if wide(width, policy.BLOCK_16_WIDTH) and fits_16(rows, resident(asked_16 or big)):
+            return big
+        if fits_8(rows, resident(asked_8 or policy.Build.of(8, 8))):
+            return policy.Build.of(8, 8)
+        if holds_4(width, policy.STREAM_4.capacity_in(True)) and fits_4(rows, resident(asked_4 or policy.STREAM_4)):
+            return policy.STREAM_4
+        if two is not None:
+            return two
+        return policy.Build.of(2, 8) if holds_2(width, policy.Build.of(2, 8).capacity_in(True)) \
+            else policy.Build.of(2, 16)
+    return {"block_build_for": block_build_for}
 
 
 def _vectors_for(fits=lambda w, c: w <= c, choices=None):
@@ -478,13 +510,12 @@ POLICY_MUTANTS = {
     "two_cta_strict": ("2-CTA builds only while rows < resident", lambda: _cluster_for(rows_2=lambda r, n: r < n)),
     "two_cta_never": ("no 2-CTA build up to 65,536 logits (where its residency decides)",
                       lambda: _cluster_for(rows_2=lambda r, n: False)),
-    "two_cta_first_strict": ("2 CTAs before 8 only for width < 8192",
-                             lambda: _cluster_for(first_2=lambda w, c: w < c)),
-    "two_cta_first_past": ("2 CTAs before 8 at width 8193", lambda: _cluster_for(first_2=lambda w, c: w <= c + 1)),
+    "two_cta_first_past": ("2 CTAs before 8 up to 8,193 logits (the rule up to 8,192, which session 45 removed "
+                           "once no batch reached it, one logit past)",
+                           lambda: _cluster_for(first_2=lambda w, c: w <= c + 1)),
     "width_2_past": ("2x512x16 takes width 131073", lambda: _cluster_for(width_2=lambda w, c: w <= c + 1)),
     "two_cta_waves_never": ("4x1024x8, not 2x512x16, for 65,537-131,072 logits past the resident 8-CTA clusters",
                             lambda: _cluster_for(width_2=lambda w, c: False)),
-    "two_cta_first_never": ("8 CTAs before 2 at every width", lambda: _cluster_for(first_2=lambda w, c: False)),
     "two_cta_resident_16": ("the 2-CTA rule asks 2x512x16's residency at every width",
                             lambda: _cluster_for(two_vectors=16)),
     "four_cta_never": ("no 4x1024x8 past 32,768 logits while its clusters are resident (the rule before session 16)",
@@ -512,10 +543,35 @@ POLICY_MUTANTS = {
     "vectors_16_by_capacity": ("16 CTAs stage the fewest vectors that hold the row (a 16x512x8 build)",
                                lambda: {"vector_choices": lambda c: (8,) if policy.threads_for(c) == 1024
                                         else (8, 16)}),
-    "waves_three": ("the 16-CTA build takes three waves", lambda: _max_rows(waves=3)),
-    "waves_one": ("the 16-CTA build takes one wave", lambda: _max_rows(waves=1)),
-    "waves_edge_strict": ("the wave limit applies from width 524288 (not 524289)",
-                          lambda: _max_rows(edge=lambda w, c: w < c)),
+    "waves_block_two": ("block rows past 524,288 logits limited to two 16-CTA waves (the rule before session 45)",
+                        lambda: _max_rows(waves=2)),
+    "block_capacity_stage": ("a block row's stage holds one block a vector (the stage before session 45)",
+                             lambda: _capacity_in(keys=1)),
+    "block_capacity_keys_4": ("a block row's stage holds 4 keys a vector", lambda: _capacity_in(keys=4)),
+    "block_token_rule": ("block rows take the token rule's cluster (the rule before session 45)",
+                         lambda: {"block_build_for": lambda rows, width, resident: policy.Build.of(
+                             policy.cluster_for(rows, width, resident),
+                             policy.vectors_for(width, policy.cluster_for(rows, width, resident)))}),
+    "block_16_at_width": ("block rows take 16x512x16 from 262,144 logits (width >= the edge)",
+                          lambda: _block_build_for(wide=lambda w, c: w >= c)),
+    "block_16_never": ("block rows never take 16x512x16", lambda: _block_build_for(wide=lambda w, c: False)),
+    "block_16_past_resident": ("block rows take 16x512x16 one row past its resident clusters",
+                               lambda: _block_build_for(fits_16=lambda r, n: r <= n + 1)),
+    "block_16_resident_8": ("the block rule's 16-CTA test asks 8x512x8's residency",
+                            lambda: _block_build_for(asked_16=policy.Build.of(8, 8))),
+    "block_8_strict": ("block rows take 8x512x8 only while fewer than its resident clusters",
+                       lambda: _block_build_for(fits_8=lambda r, n: r < n)),
+    "block_8_resident_16": ("the block rule's 8-CTA test asks 16x512x16's residency",
+                            lambda: _block_build_for(asked_8=policy.Build.of(16, 16))),
+    "block_4_any_width": ("block rows take 4x512x4 past its capacity of keys",
+                          lambda: _block_build_for(holds_4=lambda w, c: True)),
+    "block_4_never": ("block rows never take 4x512x4", lambda: _block_build_for(fits_4=lambda r, n: False)),
+    "block_4_resident_2": ("the block rule's 4-CTA test asks 2x512x8's residency",
+                           lambda: _block_build_for(asked_4=policy.Build.of(2, 8))),
+    "block_2_always_16": ("block rows past the 4-CTA test take 2x512x16 where 2x512x8 holds them",
+                          lambda: _block_build_for(two=policy.Build.of(2, 16))),
+    "block_2_strict": ("block rows take 2x512x8 only below its capacity of keys",
+                       lambda: _block_build_for(holds_2=lambda w, c: w < c)),
     "vectors_strict": ("16 vectors a thread already at the 8-vector capacity",
                        lambda: _vectors_for(fits=lambda w, c: w < c)),
     "vectors_always_16": ("16 vectors a thread whenever the cluster may stage 16",
@@ -547,7 +603,7 @@ POLICY_MUTANTS = {
                             lambda: {"Build.streams": property(lambda self: self.cluster in (1, 2))}),
     "stream_4_never": ("streaming batches never take 4x512x4 (the rule before session 43)",
                        lambda: _stream_build_for(fits_4=lambda r, n: False)),
-    "stream_4_at_width": ("4x512x4 from STREAM_4_WIDTH logits (width >= 524,288, not >)",
+    "stream_4_at_width": ("4x512x4 from STREAM_WIDE_WIDTH logits (width >= 524,288, not >)",
                           lambda: _stream_build_for(wide_4=lambda w, c: w >= c)),
     "stream_4_any_width": ("4x512x4 at every streaming width while its clusters are resident",
                            lambda: _stream_build_for(wide_4=lambda w, c: True)),
@@ -565,7 +621,7 @@ POLICY_MUTANTS = {
                              lambda: _stream_build_for(fits_8=lambda r, n: False)),
     "stream_8_rows_never": ("rows past the 16-CTA build's one wave stay on it up to two waves (8x512x4 only past them)",
                             lambda: _streams_for(fits_8=lambda r, n: False)),
-    "stream_8_at_width": ("8x512x4 from STREAM_4_WIDTH logits (width >= 524,288, not >)",
+    "stream_8_at_width": ("8x512x4 from STREAM_WIDE_WIDTH logits (width >= 524,288, not >)",
                           lambda: _stream_build_for(wide_8=lambda w, c: w >= c)),
     "stream_8_past_resident": ("8x512x4 for rows = its resident clusters + 1 (two waves)",
                                lambda: _fits_8(lambda r, n: r <= n + 1)),
@@ -652,7 +708,7 @@ POLICY_MUTANTS = {
                            lambda: _streams_for(past_waves=lambda r, n: False)),
     "stream_waves_at": ("token rows stream at two waves of the 16-CTA build already (rows >= 2 resident)",
                         lambda: _streams_for(past_waves=lambda r, n: r >= n)),
-    "waves_limit_tokens": ("max_rows limits token rows too (the rule before the streamed build)",
+    "waves_limit_tokens": ("max_rows limits token rows past 524,288 logits (the rule before the streamed build)",
                            lambda: _max_rows(tokens=True)),
     "stream_token_capacity_stage": ("the streamed builds hold token rows of their stage only (16,384, 32,768 logits)",
                                     lambda: _capacity_in(stream_token=None)),

@@ -33,6 +33,8 @@ CASES = (
     ("direct-top-span", "the direct path's window from the top (the row's largest key over DSMEM): K placed by "
                         "it in either half of its 512 bins, and past it -> the two passes"),
     ("mostly-neg-inf", "block mode: -inf blocks written as -1, the pinned newest block"),
+    ("key-stage-131072", "block mode's stage of keys (SPEC 2.2) past V slots a thread: 1x512x4's top key "
+                         "slot, specials, ties, -inf blocks in every lane of a key vector"),
     # the 1-CTA builds' own rows (the cases above are wider than 65,536 or shorter than 4,096)
     ("plateau", "1x512x16's sampled path (rows of 65,536 logits)"),
     ("one-cta-underflow-wide", "1x512x16's underflow -> direct path"),

@@ -23,12 +23,13 @@ hold it: 2 CTAs of 512 threads for rows up to 8,192 logits, 8 of 512 while every
 8-CTA cluster can be resident at once; else, up to 65,536 logits, 2 while every row's
 2-CTA cluster can, else 1 when the rows outnumber the resident 4-CTA clusters; else 2 up
 to 131,072 logits (in waves past their resident count), else 4 of 1024. Each CTA copies
-one contiguous chunk of the row into shared memory, as 16-byte vectors (8 logits, or one
-block); the chunks split the row's valid length, not its width. A thread stages 8 or 16
+one contiguous chunk of the row into shared memory, as 16-byte vectors of 8 logits (block
+mode: one 2-byte key a block, 8 to a 16-byte key vector, so a stage holds 8 times the
+blocks); the chunks split the row's valid length, not its width. A thread stages 8 or 16
 vectors and keeps their tops (largest keys) in registers, so a CTA holds 32,768 or 65,536
 logits. Wider rows take 8 CTAs of 16 vectors a thread (524,288) or 16 CTAs (a non-portable
 cluster size, 1,048,576); rows of these builds run in waves when they outnumber the
-resident clusters, the 16-CTA build at most two (supports_decode_topk).
+resident clusters.
 
 Every CTA selects over its own chunk, with no CTA funnelling the row (SPEC.md 2.5): it
 queues the vectors that can hold a key >= lo, histograms their keys' high bytes, and adds
@@ -103,6 +104,7 @@ from cutlass.cutlass_dsl import T, dsl_user_op
 from .policy import (
     BUILDS,
     EXCHANGE_SPLIT_CLUSTER,
+    KEY_BLOCKS,
     KEY_NEG_INF,
     KEY_POS_INF,
     KS,
@@ -628,12 +630,15 @@ class DecodeTopK:
     """The decode top-k (module docstring) of rows of BF16 logits.
 
     k: 512, 1024 or 2048; cluster: 1, 2, 4, 8 or 16 CTAs a row (4: 1024 threads, else 512);
-    vector_count: 16-byte vectors a thread stages (8, or 16 at 512 threads), so a row holds
-    at most cluster * threads * vector_count vectors; block_mode: elements are 8-logit
-    block maxima; trace: also write the per-row trace of SPEC.md 2.11.
+    vector_count: 16-byte vectors a thread stages (4, 8, or 16 at 512 threads), so a token
+    row holds at most cluster * threads * vector_count vectors; block_mode: elements are
+    8-logit block maxima, staged as 2-byte keys, KEY_BLOCKS to a vector (so a block row
+    holds KEY_BLOCKS times as many blocks); trace: also write the per-row trace of SPEC.md
+    2.11.
 
-    Registers keep each staged vector's top (its largest key), the test every filter makes;
-    the words themselves are re-read from shared memory by the few passes that need them.
+    In token mode registers keep each staged vector's top (its largest key), the test every
+    filter makes; the words themselves are re-read from shared memory by the few passes
+    that need them.
     """
 
     def __init__(self, k: int, cluster: int, vector_count: int, block_mode: bool, trace: bool = False,
@@ -677,7 +682,12 @@ class DecodeTopK:
         # more slots than these: its write visits every vector.
         self.direct_slots = vector_count if self.block_mode else min(
             vector_count, direct_max_length(cluster, vector_count) // (LOGITS_PER_VECTOR * cluster * self.threads))
-        self.write_queue = self.direct_slots > WRITE_QUEUE_VECTORS
+        # Block mode stages one 2-byte key a block (2.2: the NaN-propagating maximum's key,
+        # +inf for the pinned newest), KEY_BLOCKS to a 16-byte key vector, so a chunk holds
+        # up to KEY_BLOCKS x T V blocks; the passes and the ranked write read key vectors
+        # as token mode reads vectors (element e of key vector i: block start + 8 i + e),
+        # and the write visits every key vector (no queue: no tops are kept, 2.7).
+        self.write_queue = self.direct_slots > WRITE_QUEUE_VECTORS and not self.block_mode
         # Token mode: the direct path over the stage first tries one pass from the row's
         # largest key M (2.5): each warp's largest top in staging, stored in "maxima" before
         # the first cluster barrier's arrive (which on these builds follows staging), and
@@ -690,6 +700,8 @@ class DecodeTopK:
         # beside the tops it keeps: 1024 threads have 64 registers a thread (4 spilled there),
         # 16 tops crowd 512 threads' 128 (8 spilled there).
         self.load_batch = min(vector_count, 2 if self.threads == 1024 else (4 if vector_count == 16 else 8))
+        if self.block_mode:  # no tops kept: 8 loads in flight (4 at 1024 threads' 64 registers)
+            self.load_batch = 4 if self.threads == 1024 else 8
         # On STAGE_PREFETCH's builds (8x512x16: 4 batches of 4 slots) the chunk is first
         # prefetched into L2 whole (2.2), so that the later batches find it there.
         self.stage_prefetch = build in STAGE_PREFETCH
@@ -921,9 +933,14 @@ class DecodeTopK:
                     # The window from the top in exchanges 0 and 1 (its 512 bins), then the
                     # two passes in 2 and 3; each one buffer later after the attempt (whose
                     # one pass used 0).
+                    entries = count
+                    end = length
+                    if const_expr(self.block_mode):  # its key vectors, and the chunk's end (elements)
+                        entries = (count + KEY_BLOCKS - 1) // KEY_BLOCKS
+                        end = start + count
                     unused_under, kth, above = self.select_write(sm, tid, lane, rank, tops, Int32(0),
-                                                                 sm["exchange"] + sampled * 2048, start, count,
-                                                                 length, nv, out_row, trace_row, False, False,
+                                                                 sm["exchange"] + sampled * 2048, start, entries,
+                                                                 end, nv, out_row, trace_row, False, False,
                                                                  self.row_max(sm, lane) if self.narrow_top else None)
                 self.record(trace_row, rank, tid, "path", Int32(2))
                 self.record(trace_row, rank, tid, "kth", kth)
@@ -986,12 +1003,10 @@ class DecodeTopK:
         return _pick(exists, cutlass.min(length - g * 8, Int32(8)), 0)
 
     def vector_top(self, words, valid, exists, g, nv):
-        """The largest key of a staged vector whose first element is at g (token: over its
-        valid lanes; block: the block's key, +inf for the newest), -1 if it holds none.
-        Token mode: the keys of invalid lanes are set to 0, the smallest key, which cannot
-        raise the maximum of a vector with a valid lane."""
-        if const_expr(self.block_mode):
-            return _pick(exists, _pick(g == nv - 1, KEY_POS_INF, block_key(words)), -1)
+        """The largest key of a staged token vector whose first element is at g, over its
+        valid lanes, -1 if it holds none. The keys of invalid lanes are set to 0, the
+        smallest key, which cannot raise the maximum of a vector with a valid lane. (Block
+        mode keeps no tops: its stage holds the keys, 2.2.)"""
         keys = []
         for j in range(4):
             mask = Uint32(cutlass.select_(2 * j + 1 < valid, Uint32(0xFFFFFFFF),
@@ -1002,17 +1017,20 @@ class DecodeTopK:
         return _pick(valid > 0, top, -1)
 
     def elements(self, words, g, length, nv):
-        """(key, valid, index) of each element of vector g's words."""
+        """(key, valid, index) of each element of vector g's words. Block mode: the words
+        are a key vector (2.2), g its first block and `length` the chunk's end block (a
+        chunk's last key vector may hold fewer than 8 of its blocks)."""
         if const_expr(self.block_mode):
-            return [(_pick(g == nv - 1, KEY_POS_INF, block_key(words)), Int32(1), g)]
+            keys = [Uint32(w) for w in words]
+            return [(word_key(keys, e), _pick(g + e < length, 1, 0), g + e) for e in range(KEY_BLOCKS)]
         valid = length - g * 8
         keys = [key_word(w) for w in words]
         return [(word_key(keys, e), _pick(e < valid, 1, 0), g * 8 + e) for e in range(8)]
 
     @cute.jit
     def stage(self, sm, tid, row_logits, start, count, length, nv):
-        """Stage the chunk (2.2) with 16-byte loads; returns the tops of this thread's slots.
-        Issue a batch of loads before the first store: the asm statements keep their
+        """Stage the chunk (2.2) with 16-byte loads; returns the tops of this thread's slots
+        (block mode: the keys, a slot's in the stage, and no tops). Issue a batch of loads before the first store: the asm statements keep their
         order, so a store right after its load would make every load wait for the last.
         Each slot issues one predicated 16-byte load; the row's one partial vector is
         loaded lane by lane afterwards, in a branch only its thread takes. Why not
@@ -1022,6 +1040,22 @@ class DecodeTopK:
         nt, V = self.threads, self.vectors
         if const_expr(self.stage_prefetch):
             self.prefetch_vectors(tid, row_logits, start, start + count, length, nv)
+        if const_expr(self.block_mode):
+            # One key a block, block i's at byte 2 i: a batch of 16-byte loads (adjacent
+            # threads, adjacent blocks), then their keys' stores; as many batches as the
+            # chunk needs (up to KEY_BLOCKS V slots a thread), and no tops.
+            B = self.load_batch
+            for b in cutlass.range((count + nt * B - 1) // (nt * B), unroll=1):
+                staged = []
+                for j in cutlass.range_constexpr(B):
+                    i = (b * B + j) * nt + tid
+                    g = start + i
+                    valid = self.lanes_valid(i < count, g, length, nv)
+                    staged.append((i, g, load_full_u32x4(row_logits + Int64(g) * 16, _pick(valid == 8, 1, 0))))
+                for i, g, words in staged:
+                    shared_store_u16(sm["stage"] + i * 2, _pick(g == nv - 1, KEY_POS_INF, block_key(words)),
+                                     _pick(i < count, 1, 0))
+            return [Int32(-1)] * V
         tops = []
         for batch in cutlass.range_constexpr(0, V, self.load_batch):
             staged = []
@@ -1068,16 +1102,18 @@ class DecodeTopK:
     def short(self, sm, tid, rank, tops, start, count, length, n, out_row):
         """n <= k: out[j] = j (-1 for a -inf block) for the chunk's elements; the cluster
         writes the padding j in [n, k) with -1."""
-        for s in cutlass.range_constexpr(self.vectors):
+        if const_expr(self.block_mode):  # the keys in the stage (2.2)
+            for i in cutlass.range(tid, count, self.threads):
+                g = start + i
+                store_s32(out_row + Int64(g) * 4,
+                          _pick(shared_load_u16(sm["stage"] + i * 2) == KEY_NEG_INF, -1, g), Int32(1))
+        for s in cutlass.range_constexpr(0 if self.block_mode else self.vectors):
             i = s * self.threads + tid
             g = start + i
             exists = _pick(i < count, 1, 0)
-            if const_expr(self.block_mode):
-                store_s32(out_row + Int64(g) * 4, _pick(tops[s] == KEY_NEG_INF, -1, g), exists)
-            else:
-                valid = length - g * 8
-                for e in cutlass.range_constexpr(8):
-                    store_s32(out_row + Int64(g * 8 + e) * 4, g * 8 + e, exists & _pick(e < valid, 1, 0))
+            valid = length - g * 8
+            for e in cutlass.range_constexpr(8):
+                store_s32(out_row + Int64(g * 8 + e) * 4, g * 8 + e, exists & _pick(e < valid, 1, 0))
         stride = self.cluster * self.threads
         for j in cutlass.range(n + rank * self.threads + tid, self.k, stride):
             store_s32(out_row + Int64(j) * 4, Int32(-1), Int32(1))
@@ -1452,7 +1488,8 @@ class DecodeTopK:
         eq = Int32(0)
         for entry in cutlass.range(tid, queued, self.threads):
             i = shared_load_u16(sm["queue"] + entry * 2)
-            for key, ok, unused in self.elements(self.vector_words(sm, i), start + i, length, nv):
+            for key, ok, unused in self.elements(self.vector_words(sm, i), self.entry_vector(sm, i, start, False),
+                                                 length, nv):
                 gt = gt + (ok & _pick(key > lo, 1, 0))
                 eq = eq + (ok & _pick(key == lo, 1, 0))
         return gt, eq
@@ -1522,6 +1559,8 @@ class DecodeTopK:
         the index stored beside it."""
         if const_expr(streamed):
             return shared_load_u32(sm["index"] + i * 4)
+        if const_expr(self.block_mode):  # key vector i's first block
+            return start + KEY_BLOCKS * i
         return start + i
 
     def queue_entry(self, sm, entry, queued, everything):
@@ -1638,13 +1677,14 @@ class DecodeTopK:
         8 lanes. Why: the ranked write is bound by the instructions it issues; over 120
         points (1-128 rows x 32,768-262,144 logits, three kinds of data) the row took 0.942
         to 1.021 of the time, median 0.976 (bench/NOTES.md session 25). The value: token
-        mode, the logit's index g * 8 + lane; block mode, the block's index g, or -1 where
-        neg_inf (its key is -inf, 1.4)."""
+        mode, the logit's index g * 8 + lane; block mode (g: the key vector's first block),
+        the block's index g + lane, or -1 where bit lane of neg_inf is set (its key is
+        -inf, 1.4)."""
         for _ in cutlass.range(popc(chosen), unroll=1):
             lowest, e = lowest_set_bit(chosen)  # the lowest chosen lane e
             value = g * 8 + e
             if const_expr(self.block_mode):
-                value = _pick(neg_inf != 0, -1, g)
+                value = _pick(((neg_inf >> e) & 1) != 0, -1, g + e)
             store_s32(out_row + Int64(slot) * 4, value, Int32(1))
             chosen = chosen ^ lowest
             slot = slot + 1
@@ -1661,8 +1701,8 @@ class DecodeTopK:
         and at most 8 T V <= 65,536 equal to K, so neither field carries); a warp scan gives
         each lane its warp's count below it, lane 31 stores the warp's total at (round,
         warp) of "grid", and the entry's flags (bit e: lane e > K, bit 8 + e: == K; block
-        mode, bit 16: the block is -inf) with its warp prefix overwrite the first 8 bytes of
-        its own vector in the stage, which nothing reads after the write. After one barrier
+        mode, bit 16 + e: lane e's block is -inf) with its warp prefix overwrite the first 8
+        bytes of its own (key) vector in the stage, which nothing reads after the write. After one barrier
         every warp scans the grid in (round, warp) order, which is index order (grid_bases),
         for its own (round, warp) bases; a second sweep places the flagged keys. Why one
         scan: it is simpler than a CTA scan a round and measured as fast (3% faster to 1.8%
@@ -1686,7 +1726,7 @@ class DecodeTopK:
                     is_eq = ok & _pick(key == kth, 1, 0)
                     flags = flags | (is_gt << e) | (is_eq << (8 + e))
                     if const_expr(self.block_mode):  # the -inf bit only for a block it places
-                        flags = flags | ((is_gt | is_eq) & _pick(key == KEY_NEG_INF, 1, 0)) << 16
+                        flags = flags | ((is_gt | is_eq) & _pick(key == KEY_NEG_INF, 1, 0)) << (16 + e)
                     counts = counts + is_gt + (is_eq << 12)
             inclusive = warp_inclusive_sum(counts, lane)
             if lane == 31:
@@ -1707,7 +1747,7 @@ class DecodeTopK:
                     chosen, slot = chosen_lanes(flags & 0xFF, (flags >> 8) & 0xFF, gt_base + (below & 0xFFF),
                                                 eq_base + (below >> 12), need)
                     self.store_chosen(out_row, chosen, slot, self.entry_vector(sm, i, start, streamed),
-                                      (flags >> 16) & 1)
+                                      (flags >> 16) & 0xFF)
 
     @cute.jit
     def narrow_write(self, sm, tid, lane, rank, queued, lo, buffer, start, length, nv, out_row, trace_row,
@@ -2687,10 +2727,10 @@ def resident_for(k, block_mode=False):
 
 def supports_decode_topk(logits, k: int, block_mode: bool = False) -> bool:
     """Whether decode_topk takes these BF16 logits with this k: a CUDA tensor, unit inner
-    stride, 16-byte aligned rows, a width some build holds, rows within the 16-CTA
-    build's two waves (check_logits, which raises the ValueError decode_topk would)."""
+    stride, 16-byte aligned rows, a width some build holds (check_logits, which raises the
+    ValueError decode_topk would; no row count is refused)."""
     try:
-        check_logits(logits, k, resident_for(k, block_mode), block_mode=block_mode)
+        check_logits(logits, k, block_mode=block_mode)
     except ValueError:
         return False
     return True

@@ -67,7 +67,10 @@ if not 0 < NARROW_SPAN <= 255:  # its bin must be one of the pass's 256 (the ker
 TOP_SPAN = 511
 KS = (512, 1024, 2048)
 MAX_WIDTH = 1048576
-WAVES_16 = 2  # the 16-CTA build takes at most two waves
+WAVES_16 = 2  # token rows past two waves of the 16-CTA build stream
+# A block row stages one 2-byte key a block (SPEC.md 2.2), KEY_BLOCKS to a 16-byte key
+# vector, so a build's stage holds KEY_BLOCKS times as many blocks as it holds vectors.
+KEY_BLOCKS = 8
 KEY_POS_INF = 0xFF80  # order_key(+inf): the pinned newest block
 KEY_NEG_INF = 0x007F  # order_key(-inf): a block written as -1
 TRACE_FIELDS = ("path", "reason", "q", "cutoff", "gt", "eq", "kth", "above")
@@ -151,10 +154,11 @@ class Build(typing.NamedTuple):
         return MAX_WIDTH if self.streams else self.stage
 
     def capacity_in(self, block_mode):
-        """Logits a row of this build may hold in this mode: block rows never stream, and
-        the register build takes none (0)."""
+        """Logits a row of this build may hold in this mode: a block row's stage holds
+        KEY_BLOCKS keys a vector (its blocks never stream), and the register build takes
+        none (0)."""
         if block_mode:
-            return 0 if self.registers else self.stage
+            return 0 if self.registers else KEY_BLOCKS * self.stage
         return self.capacity
 
     @property
@@ -198,10 +202,10 @@ class Build(typing.NamedTuple):
 
 
 # The streamed builds (SPEC.md 2.12): one, two, four or eight CTAs of 512 threads staging 4
-# vectors a thread (16,384, 32,768, 65,536 or 131,072 logits); each CTA streams its chunk of a
-# longer token row from
-# global memory into a queue of at most STREAM_QUEUE vectors, in tiles of STREAM_TILE
-# vectors a thread, each thread's loads STREAM_DEPTH - 1 tiles ahead of the tile it tests.
+# vectors a thread (16,384, 32,768, 65,536 or 131,072 logits); each CTA streams its chunk of
+# a longer token row from global memory into a queue of at most STREAM_QUEUE vectors, in
+# tiles of STREAM_TILE vectors a thread, each thread's loads STREAM_DEPTH - 1 tiles ahead of
+# the tile it tests.
 STREAM_VECTORS = 4
 STREAM_QUEUE = 8192
 STREAM_TILE = 4
@@ -321,9 +325,6 @@ SAMPLED_WRITE_QUEUE_CLUSTER = 2
 # sessions 27, 28): 8x512x8 0.947 of the time, 8x512x16 0.960 (session 27: 16x512x16 0.968,
 # block mode 0.945); on 2 CTAs a row 0.998-1.010, so they keep one thread a bin.
 EXCHANGE_SPLIT_CLUSTER = 8
-# Rows up to this width take 2 CTAs a row before 8 (one vector a thread at 2 x 512
-# threads): an 8-CTA cluster's barriers cost more than a quarter-full CTA saves there.
-TWO_CTA_FIRST_WIDTH = 8192
 
 
 def direct_max_length(cluster, vectors=None):
@@ -341,9 +342,10 @@ def direct_max_length(cluster, vectors=None):
 
 
 def cluster_for(rows, width, resident):
-    """CTAs a row: up to 262,144 logits, 2 up to 8,192 logits while every row's 2-CTA
-    cluster is resident at once, else 8 while every row's 8-CTA cluster is; else 4 past
-    32,768 logits while every row's 4-CTA cluster is; else, up to 65,536 logits, 2 while
+    """CTAs a row of a staged token batch wider than the register build's 8,192 logits
+    (SPEC.md 2.1; block batches: block_build_for): up to 262,144 logits, 8 while every
+    row's 8-CTA cluster is resident at once; else 4 past 32,768 logits while every row's
+    4-CTA cluster is; else, up to 65,536 logits, 2 while
     every row's 2-CTA cluster is resident, else 1 when the rows outnumber the resident
     4-CTA clusters, else 4; else 2 up to 131,072 logits (in waves past the resident 2-CTA
     clusters), else 4; up to 524,288 logits 16 while every row's 16-CTA cluster is
@@ -352,8 +354,6 @@ def cluster_for(rows, width, resident):
     if width <= Build.of(8, 8).capacity:
         def two():  # asked only where its answer decides (under the JIT a query compiles the build)
             return rows <= resident(Build.of(2, 8))
-        if width <= TWO_CTA_FIRST_WIDTH and two():
-            return 2
         if rows <= resident(Build.of(8, 8)):
             return 8
         # Past the 2-CTA builds' direct rows, 4x1024x8 while every row's cluster is resident:
@@ -395,7 +395,7 @@ STREAM_1_WIDTH = 262144
 # bench/NOTES.md sessions 18-19). At k = 2048 its queue overflows there (rho 0.999: 283.3
 # against 105.0 us at 128 x 524288).
 STREAM_1_WIDTH_K512 = 524288
-# Past STREAM_4_WIDTH logits a streaming batch whose rows' 4-CTA clusters are all resident
+# Past STREAM_WIDE_WIDTH logits a streaming batch whose rows' 4-CTA clusters are all resident
 # at once takes 4x512x4: one wave that reads each row over four SMs, where 2x512x4 reads it
 # over two and leaves half the SMs idle (at 15-30 rows, the rows past the 16-CTA build's
 # two waves and below STREAM_ROWS). Measured on the H100 (every build forced, bundle
@@ -403,9 +403,10 @@ STREAM_1_WIDTH_K512 = 524288
 # 600,000-1,048,576 logits took 0.64-0.80 of 2x512x4's time (16 x 1M k512 38.9 against
 # 60.6 us), and 31 rows, past the 30 resident clusters (two waves), 1.17-1.22; up to
 # 524,288 logits the staged builds stay faster (16-24 x 524288: 8x512x16 even with it,
-# 16-24 x 262144: 4x1024x8 0.79-0.81 of its time).
-STREAM_4_WIDTH = 524288
-# Past STREAM_4_WIDTH logits, rows past the 16-CTA build's resident clusters (its second
+# 16-24 x 262144: 4x1024x8 0.79-0.81 of its time). (STREAM_WIDE_WIDTH: the streamed
+# builds of four and eight CTAs take streaming batches past it, as measured for each.)
+STREAM_WIDE_WIDTH = 524288
+# Past STREAM_WIDE_WIDTH logits, rows past the 16-CTA build's resident clusters (its second
 # wave) whose 8-CTA clusters are all resident at once stream on 8x512x4: one wave that
 # reads each row over eight SMs, where 16x512x16 takes two waves and 4x512x4 reads a row
 # over four. Measured on the H100 (every build forced, arm bundle 1f4a8a6b08a4, rho 0.9,
@@ -460,13 +461,13 @@ def streams_for(rows, width, resident, block_mode=False):
 
 
 def stream_build_for(rows, width, resident, k=None):
-    """The streamed build of a streaming batch (SPEC.md 2.1): past STREAM_4_WIDTH logits
+    """The streamed build of a streaming batch (SPEC.md 2.1): past STREAM_WIDE_WIDTH logits
     8x512x4 while every row's 8-CTA cluster is resident at once, else 4x512x4 while every
     row's 4-CTA cluster is; else 1x512x4 when its rows
     outnumber the resident 2x512x4 clusters and are at most STREAM_1_WIDTH logits wide, or
     at k = 512 at most STREAM_1_WIDTH_K512 wide while they fit one wave of 1x512x4; else
     2x512x4. (k None: the rule of every k.)"""
-    if width > STREAM_4_WIDTH:
+    if width > STREAM_WIDE_WIDTH:
         if rows <= resident(STREAM_8):
             return STREAM_8
         if rows <= resident(STREAM_4):
@@ -475,6 +476,35 @@ def stream_build_for(rows, width, resident, k=None):
             k == 512 and width <= STREAM_1_WIDTH_K512 and rows <= resident(STREAM))):
         return STREAM
     return STREAM_2
+
+
+# Block rows (SPEC.md 2.1, 2.2): a stage of 2-byte keys holds KEY_BLOCKS times the blocks,
+# so every staged build holds a block row of 131,072 logits and most hold 1,048,576, and
+# the rule picks the most CTAs a row that keep every row's cluster resident at once.
+# Measured on the H100 (every build forced on the arm, bundle 0579e567b94d, rho 0.9, k 2048,
+# 1-128 rows x 131,072-1,048,576 logits, 0 invalid; bench/NOTES.md session 45): the rule's
+# build was the fastest or within 7% of it at every point but 32 x 1,048,576 (2x512x16
+# 62.7, 8x512x8 in two waves 55.8 us) and 128 x 1,048,576 (145.8 against 137.6); 16x512x16
+# only past BLOCK_16_WIDTH logits (1-4 x 524288: 11.97-13.31 against 13.33-14.59 on
+# 8x512x8; 1-4 x 262144: 11.47-12.13 against 10.91-11.46). Against the stage of vectors,
+# where 16x512x16 took every block row of 1,048,576 logits in launches of two waves: 64 x
+# 1M 150.9 -> 80.0 us, 128 x 1M 280.1 -> 145.8.
+BLOCK_16_WIDTH = 262144
+
+
+def block_build_for(rows, width, resident):
+    """The build of a block batch (SPEC.md 2.1): past BLOCK_16_WIDTH logits 16x512x16
+    while every row's 16-CTA cluster is resident at once; else 8x512x8 while every row's
+    8-CTA cluster is; else 4x512x4 where it holds the rows and every row's cluster is
+    resident; else the 2-CTA build that holds them (2x512x8, past its block capacity
+    2x512x16), in waves past its resident clusters."""
+    if width > BLOCK_16_WIDTH and rows <= resident(Build.of(16, 16)):
+        return Build.of(16, 16)
+    if rows <= resident(Build.of(8, 8)):
+        return Build.of(8, 8)
+    if width <= STREAM_4.capacity_in(True) and rows <= resident(STREAM_4):
+        return STREAM_4
+    return Build.of(2, 8) if width <= Build.of(2, 8).capacity_in(True) else Build.of(2, 16)
 
 
 def registers_for(rows, width, resident, block_mode=False):
@@ -493,18 +523,18 @@ def build_for(rows, width, resident, block_mode=False, k=None):
         return REGISTER
     if streams_for(rows, width, resident, block_mode):
         return stream_build_for(rows, width, resident, k)
+    if block_mode:
+        return block_build_for(rows, width, resident)
     cluster = cluster_for(rows, width, resident)
     return Build.of(cluster, vectors_for(width, cluster))
 
 
 def max_rows(width, resident, block_mode=False):
-    """The most rows one launch takes at this width: unbounded (None) except for block
-    rows on the 16-CTA build, which takes at most WAVES_16 waves (token rows past them
-    stream)."""
+    """The most rows one launch takes at this width: unbounded (None) in either mode.
+    (Until session 45 block rows past 524,288 logits were limited to the 16-CTA build's
+    WAVES_16 waves; their stage of keys lets smaller clusters hold them.)"""
     check_width(width)
-    if not block_mode or width <= Build.of(8, 16).capacity:
-        return None
-    return WAVES_16 * resident(Build.of(16, 16))
+    return None
 
 
 def precompile_builds(max_width):
@@ -561,8 +591,8 @@ def _check_int32(name, tensor, shape, device, align=None):
 def check_logits(logits, k, resident=None, memory=True, block_mode=False):
     """Raise ValueError naming the bad value unless DecodeTopK takes these logits with this
     k (SPEC.md 1.5): CUDA bfloat16 [rows, width], unit inner stride, rows 16-byte aligned,
-    a width some build holds and, when resident(build) is given (the launch policy's
-    occupancy), rows within the 16-CTA build's WAVES_16 waves. memory=False leaves out
+    a width some build holds (resident, the launch policy's occupancy, is accepted for the
+    callers that pass it: no row count is refused). memory=False leaves out
     what only real device memory shows (the CUDA device, the base address): the custom
     op's fake and CPU implementations check the rest. Returns the row stride in elements
     (a multiple of 8; a single row's own stride is never used)."""
@@ -589,16 +619,7 @@ def check_logits(logits, k, resident=None, memory=True, block_mode=False):
     if rows >= 2**31:
         raise ValueError(f"rows={rows} does not fit an int32")
     check_width(width)
-    if resident is not None:
-        _check_rows(rows, width, resident, block_mode)
     return row_stride
-
-
-def _check_rows(rows, width, resident, block_mode):
-    limit = max_rows(width, resident, block_mode)
-    if limit is not None and rows > limit:
-        raise ValueError(f"rows={rows} of width {width} exceed the 16-CTA build's {WAVES_16} waves "
-                         f"({limit} rows on this device)")
 
 
 def check_arguments(logits, lengths, k, out, next_n=1, trace=None, trace_width=len(TRACE_FIELDS), memory=True):
@@ -631,7 +652,6 @@ def check_inputs(logits, lengths, k, out, resident, next_n=1, trace=None, trace_
     row_stride = check_arguments(logits, lengths, k, out, next_n, trace, trace_width)
     rows, width = logits.shape
     if chosen is None:
-        _check_rows(rows, width, resident, block_mode)
         return build_for(rows, width, resident, block_mode, k), row_stride
     if block_mode not in chosen.modes:
         raise ValueError(f"build {chosen.name} takes token rows only, not block_mode={block_mode}")

@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit
 
 from decode_topk.kernel import policy
-from decode_topk.kernel.policy import KEY_NEG_INF, KEY_POS_INF, TRACE_FIELDS, Build
+from decode_topk.kernel.policy import KEY_BLOCKS, KEY_NEG_INF, KEY_POS_INF, TRACE_FIELDS, Build
 
 from .mutants import Mutants
 from .topk import validate_inputs
@@ -1241,10 +1241,11 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
             return wild
         tr[1] = REASON_UNDERFLOW if status == 1 else REASON_OVERFLOW
 
-    # Direct path (2.5): the same selection over every key (lo = 0); its write queue (2.7)
-    # reads the tops of the slots a direct row fills (every slot in block mode).
+    # Direct path (2.5): the same selection over every key (lo = 0); in token mode its
+    # write queue (2.7) reads the tops of the slots a direct row fills (block mode keeps no
+    # tops, 2.2: its write visits every key).
     tr[0] = PATH_DIRECT
-    slots = V if block else min(V, DS // (8 * C * T))
+    slots = 0 if block else min(V, DS // (8 * C * T))
     status, wild = _select(ekey, ecnt, W, top, nv, k, block, C, T, V, 0, slot, mutant, out, tr,
                            queue, qlens, local, total, total2, prefix1, prefix2, copies, cg, ce, everything, slots)
     if status != 0:
@@ -1262,8 +1263,8 @@ def _simulate_rows(logits, lengths, k, block, C, T, V, DM, QM, U, QC, mutant, ou
     ecnt = np.zeros(nvmax, np.int64)
     top = np.zeros(nvmax, np.int64)
     # a CTA's queue: local vector indices (the streamed builds': exactly STREAM_QUEUE
-    # entries, so a store past it is seen)
-    queue = np.zeros((C, QC if QC else T * V + 64), np.int64)
+    # entries, so a store past it is seen; block mode: a chunk's KEY_BLOCKS T V blocks, 2.2)
+    queue = np.zeros((C, QC if QC else T * V * (KEY_BLOCKS if block else 1) + 64), np.int64)
     qlens = np.zeros(C, np.int64)
     local = np.zeros((C, BINS), np.int64)
     total = np.zeros(BINS, np.int64)
@@ -1292,11 +1293,7 @@ def resolve_build(rows, width, build=None, resident=None, block_mode=False, k=No
         if resident is None:
             def resident(b):  # every row's cluster resident at once
                 return rows
-        chosen = policy.build_for(rows, width, resident, block_mode, k)
-        limit = policy.max_rows(width, resident, block_mode)
-        if limit is not None and rows > limit:
-            raise ValueError(f"rows = {rows} exceeds the {limit} rows the 16-CTA build takes at width {width}")
-        return chosen
+        return policy.build_for(rows, width, resident, block_mode, k)
     chosen = Build.parse(build)
     capacity = chosen.capacity_in(block_mode)
     if width > capacity:
@@ -1318,7 +1315,8 @@ def simulate(logits_bits, lengths, k, block_mode=False, *, build=None, resident=
     rows, width = logits_bits.shape
     chosen = resolve_build(rows, width, build, resident, block_mode, k)
     C, T, V = chosen
-    U, QC = (policy.STREAM_TILE, policy.STREAM_QUEUE) if chosen.streams else (0, 0)
+    # (a streamed build's block rows stage: 2.12 is token mode's)
+    U, QC = (policy.STREAM_TILE, policy.STREAM_QUEUE) if chosen.streams and not block_mode else (0, 0)
     if isinstance(mutant, str):
         mutant = MUTANTS.id_of(mutant)
     out = np.full((rows, k), UNWRITTEN, dtype=np.int32)

@@ -123,21 +123,25 @@ def test_bad_input_raises_before_launch(call, kind):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("call", _entries.params())
-def test_too_many_rows_for_two_waves_of_the_16_cta_build(call):
-    """Block rows past the 16-CTA build's two waves are refused (SPEC 2.1, max_rows); token
-    rows there stream (2x512x4), so one launch takes them."""
+def test_rows_past_two_waves_of_the_16_cta_build_take_one_launch(call):
+    """Block rows past the 16-CTA build's two waves, refused until session 45, take one
+    launch (SPEC 2.1: their stage of keys fits smaller clusters, max_rows is None); token
+    rows there stream (2x512x4). One value, so the canonical answers are known: token
+    0 .. 511, block 0 .. 510 and the pinned newest block."""
     from decode_topk.kernel import aot_loader
 
     width = policy.MAX_WIDTH
-    limit = policy.WAVES_16 * (aot_loader.max_active_clusters(512, 16, 16, True) if _entries._have_aot() else 7)
-    logits = torch.zeros((limit + 1, width), dtype=torch.bfloat16, device="cuda")
-    lengths = torch.full((limit + 1,), width // 8, dtype=torch.int32, device="cuda")
-    out = torch.empty((limit + 1, 512), dtype=torch.int32, device="cuda")
-    with pytest.raises(ValueError, match=f"rows={limit + 1} of width {width} exceed the 16-CTA build's 2 waves"):
-        call(logits, lengths, 512, out, block_mode=True)
-    call(logits[:limit], lengths[:limit], 512, out[:limit], block_mode=True)  # the limit itself is taken
+    rows = policy.WAVES_16 * (aot_loader.max_active_clusters(512, 16, 16, True) if _entries._have_aot() else 7) + 1
+    logits = torch.zeros((rows, width), dtype=torch.bfloat16, device="cuda")
+    lengths = torch.full((rows,), width // 8, dtype=torch.int32, device="cuda")
+    out = torch.full((rows, 512), -7, dtype=torch.int32, device="cuda")
+    call(logits, lengths, 512, out, block_mode=True)
+    torch.cuda.synchronize()
+    newest = width // 64 - 1
+    want = torch.cat([torch.arange(511, dtype=torch.int32), torch.tensor([newest], dtype=torch.int32)]).cuda()
+    assert bool((out == want).all())
     out.fill_(-7)
-    call(logits, lengths, 512, out)  # token rows: streamed; one value, so the canonical answer is 0 .. 511
+    call(logits, lengths, 512, out)
     torch.cuda.synchronize()
     assert bool((out == torch.arange(512, dtype=torch.int32, device="cuda")).all())
 
