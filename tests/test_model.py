@@ -79,9 +79,10 @@ def test_paths_follow_spec(build):
         direct_max = build.stage
     assert policy.direct_max_length(cluster, vectors) == direct_max
     k = 512
+    block_cap = min(build.capacity_in(True), policy.MAX_WIDTH)  # a stage of keys (SPEC 2.2), no row past MAX_WIDTH
     cases = [
         (False, 0, 0), (False, k, 0), (False, k + 1, 2), (True, 8 * k, 0), (True, 8 * k + 1, 2),
-        (False, min(direct_max, build.capacity), 2), (True, build.capacity_in(True), 2),
+        (False, min(direct_max, build.capacity), 2), (True, block_cap, 2),
     ]
     if direct_max < build.capacity:
         cases += [(False, direct_max + 1, 1)]
@@ -172,10 +173,12 @@ def test_build_validation():
         simulate(wide, np.array([10], np.int32), 512, build="8x512x8")
     for streamed in ("1x512x4", "2x512x4"):
         simulate(wide, np.array([10], np.int32), 512, build=streamed)  # token rows stream
-    with pytest.raises(ValueError, match=r"width = 16392 exceeds the capacity 16384 of build 1x512x4 in block mode"):
-        simulate(np.zeros((1, 16392), np.uint16), np.array([10], np.int32), 512, True, build="1x512x4")
-    with pytest.raises(ValueError, match=r"width = 32776 exceeds the capacity 32768 of build 2x512x4 in block mode"):
-        simulate(np.zeros((1, 32776), np.uint16), np.array([10], np.int32), 512, True, build="2x512x4")
+    # block rows stage keys, 8 a vector (SPEC 2.2): 8 times the stage, and no more
+    simulate(np.zeros((1, 131072), np.uint16), np.array([10], np.int32), 512, True, build="1x512x4")
+    with pytest.raises(ValueError, match=r"width = 131080 exceeds the capacity 131072 of build 1x512x4 in block mode"):
+        simulate(np.zeros((1, 131080), np.uint16), np.array([10], np.int32), 512, True, build="1x512x4")
+    with pytest.raises(ValueError, match=r"width = 262152 exceeds the capacity 262144 of build 2x512x4 in block mode"):
+        simulate(np.zeros((1, 262152), np.uint16), np.array([10], np.int32), 512, True, build="2x512x4")
     with pytest.raises(ValueError, match="1048584"):
         simulate(np.zeros((1, 1048584), np.uint16), np.array([1], np.int32), 512)
     for spelling in ("16x512x16", (16, 16), (16, 512, 16), Build(16, 512, 16)):
