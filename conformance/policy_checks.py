@@ -355,12 +355,14 @@ def _cluster_for(width_8=lambda w, c: w <= c, rows_ok=lambda r, n: r <= n, width
     return {"cluster_for": cluster_for}
 
 
-def _max_rows(waves=2, edge=lambda w, c: w <= c, tokens=False):
+def _max_rows(tokens=False):
+    """max_rows as it was until session 45: block rows (and with `tokens` token rows too)
+    past 8x512x16's width limited to two waves of the 16-CTA build."""
     def max_rows(width, resident, block_mode=False):
         policy.check_width(width)
-        if (not block_mode and not tokens) or edge(width, policy.Build.of(8, 16).capacity):
+        if (not block_mode and not tokens) or width <= policy.Build.of(8, 16).capacity:
             return None
-        return waves * resident(policy.Build.of(16, 16))
+        return policy.WAVES_16 * resident(policy.Build.of(16, 16))
     return {"max_rows": max_rows}
 
 
@@ -544,7 +546,7 @@ POLICY_MUTANTS = {
                                lambda: {"vector_choices": lambda c: (8,) if policy.threads_for(c) == 1024
                                         else (8, 16)}),
     "waves_block_two": ("block rows past 524,288 logits limited to two 16-CTA waves (the rule before session 45)",
-                        lambda: _max_rows(waves=2)),
+                        lambda: _max_rows()),
     "block_capacity_stage": ("a block row's stage holds one block a vector (the stage before session 45)",
                              lambda: _capacity_in(keys=1)),
     "block_capacity_keys_4": ("a block row's stage holds 4 keys a vector", lambda: _capacity_in(keys=4)),
