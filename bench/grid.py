@@ -65,8 +65,8 @@ the logits are in L2 as far as they fit, as they are after the MQA logits kernel
 written them; a GPU sleep (L2_SLEEP_CYCLES, no memory traffic) before each keeps the GPU
 busy while the host enqueues the replay, as the eviction does for the evicted times, so
 neither measures the host's launch latency. Times in microseconds:
-- dtk: DecodeTopK (the policy's build; rows beyond the 16-CTA build's two waves run as
-  several launches of at most that many rows, noted in `launches`); dtk_l2 L2-resident;
+- dtk: DecodeTopK (the policy's build, in `launches` launches: one since session 45, when
+  max_rows stopped limiting a batch); dtk_l2 L2-resident;
 - floor: bench/speed_of_light.py on the same build (load the row, write k indices);
 - phys_floor: bench/physical_floor.py, the GPU's floor (one wave of two 512-thread CTAs an
   SM over every SM, every valid vector loaded once, k indices written; from .aot_floor,
@@ -1375,7 +1375,7 @@ def results_md(results, extras, png, targets=None, time_keys=PEER_TIME_KEYS, com
              "output passed the contract check before it was timed." + l2_caveat(target_points), "",
              "What the columns are:", "",
              "- **DecodeTopK**: this kernel, on the launch policy's build (`build`); `launches` > 1 where the "
-             "rows exceed the 16-CTA build's two waves.",
+             "policy's `launch_slices` split the rows (none has since session 45).",
              "- **floor**: bench/speed_of_light.py. It has DecodeTopK's launch (clusters, threads, shared "
              "memory) and loads, writes k indices and selects nothing: the floor of this launch shape, not "
              "of the GPU.",

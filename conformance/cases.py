@@ -557,7 +557,15 @@ CASES = (
     Case("stream4-600000", "full", 220, partial(make_indexer, rows=16, width=600000, rho=0.9, heads=32, dim=64),
          "16 rows past 8x512x16's width and the 16-CTA build's two waves (H100 and H200: 7 resident), within "
          "the resident 4x512x4 clusters (30): the policy streams them on 4x512x4 (SPEC.md 2.1); their block "
-         "rows stage keys on 8x512x8 (16 resident) or in waves of 2x512x16"),
+         "rows stage keys on 8x512x8 (30 resident)"),
+    Case("block-two16-1048576", "full", 231,
+         partial(make_indexer, rows=64, width=1048576, rho=0.9, heads=8, dim=32),
+         "64 block rows of the widest width: past twice 8x512x8's resident clusters (30) within 2x512x16's "
+         "(66), so the policy takes one wave of 2x512x16 (SPEC.md 2.1, session 46)", modes=(True,)),
+    Case("block-waves-1048576", "full", 232,
+         partial(make_indexer, rows=72, width=1048576, rho=0.9, heads=8, dim=32),
+         "72 block rows of the widest width: past 2x512x16's resident clusters (66), so the policy takes "
+         "8x512x8 in three waves (SPEC.md 2.1, session 46)", modes=(True,)),
     Case("stream8-786432", "full", 226, partial(make_indexer, rows=12, width=786432, rho=0.9, heads=32, dim=64),
          "12 rows past 8x512x16's width and the 16-CTA build's one wave (H100 and H200: 7 resident), within the "
          "resident 8x512x4 clusters (15): the policy streams them on 8x512x4 (SPEC.md 2.1); token mode only",

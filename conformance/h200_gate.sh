@@ -63,7 +63,7 @@ case "$mode" in
 wheel|checks|soak)
     use_wheel
     if [ "$mode" != soak ]; then
-        step gpu_conformance_full_aot_wheel 300 python3 -m decode_topk.conformance --impl aot --level full --build all
+        step gpu_conformance_full_aot_wheel 360 python3 -m decode_topk.conformance --impl aot --level full --build all
         step gpu_conformance_full_aot_wheel_policy_builds 60 python3 -m decode_topk.conformance --impl aot --level full
         # (the GPU tests time nothing but the PDL test's producer: in `checks` mode they wait
         # for the processes named in $GATE_AFTER, as the dsl mode's do)

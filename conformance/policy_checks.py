@@ -45,7 +45,9 @@ STREAMED = {"1x512x4": ((EDGE_MAX, KEYS * EDGE_STAGE), EDGE_STAGE),
             "8x512x4": ((EDGE_MAX, KEYS * EDGE_STAGE_8), EDGE_STAGE_8)}
 # The block rule (SPEC 2.1): 16x512x16 past EDGE_BLOCK_16 logits while every row's cluster
 # is resident, else 8x512x8 while every row's is, else 4x512x4 where it holds the rows and
-# every row's is, else 2x512x8 up to its block capacity, else 2x512x16.
+# every row's is, else 2x512x8 up to its block capacity, else 2x512x16 while every row's
+# cluster is resident and the rows are more than twice 8x512x8's resident clusters, else
+# 8x512x8 (in waves).
 EDGE_BLOCK_16 = 262144
 # The stream rule (SPEC 2.1, 2.12): token batches wider than EDGE_1 logits stream up to
 # STREAM_WIDTH logits where 2x512x16 would take at least WAVE_RATIO times the waves of the
@@ -142,7 +144,10 @@ def expected_build(rows, width, resident, block_mode=False, k=None):
             return "8x512x8"
         if width <= KEYS * EDGE_STAGE_4 and rows <= resident(policy.Build(4, 512, 4)):
             return "4x512x4"
-        return "2x512x8" if width <= KEYS * EDGE_1 else "2x512x16"
+        if width <= KEYS * EDGE_1:
+            return "2x512x8"
+        eight = resident(policy.Build(8, 512, 8))
+        return "2x512x16" if 2 * eight < rows <= resident(policy.Build(2, 512, 16)) else "8x512x8"
     if expected_streams(rows, width, resident, block_mode):
         return expected_stream_build(rows, width, resident, k)
     if width <= EDGE_8:
@@ -187,7 +192,7 @@ def _edge_problems(p):
             (15, 7, 30, 66, None, None, None, 20, None), (15, 7, 30, 66, None, 50, None, 40, None),
             (132, 7, 60, 66, 40, 90, None, 36, None), (15, 7, 30, 66, None, None, None, None, 12),
             (15, 7, 30, 66, None, 50, None, 40, 5), (132, 7, 60, 66, 40, 90, None, 36, 20),
-            (15, 7, 30, 66, None, None, None, 10, 16)):
+            (15, 7, 30, 66, None, None, None, 10, 16), (30, 7, 30, 66, None, None, None, None, None)):
         resident = _resident_table(small, large16, four, two, two16, stream2, register, stream4, stream8)
         four, two, two16, stream2 = four or small, two or small, two16 or two or small, stream2 or two or small
         register = register or small
@@ -439,20 +444,25 @@ def _capacity_in(stream_token=policy.MAX_WIDTH, stream_block=None, keys=policy.K
 
 def _block_build_for(wide=lambda w, c: w > c, fits_16=lambda r, n: r <= n, fits_8=lambda r, n: r <= n,
                      holds_4=lambda w, c: w <= c, fits_4=lambda r, n: r <= n, holds_2=lambda w, c: w <= c,
-                     asked_16=None, asked_8=None, asked_4=None, two=None):
+                     asked_16=None, asked_8=None, asked_4=None, two=None,
+                     third=lambda r, n: r > 2 * n, fits_two16=lambda r, n: r <= n, asked_two16=None, waves=None):
     """block_build_for with one test or one build replaced."""
     def block_build_for(rows, width, resident):
-        big = policy.Build.of(16, 16)
+        big, eight = policy.Build.of(16, 16), policy.Build.of(8, 8)
         if wide(width, policy.BLOCK_16_WIDTH) and fits_16(rows, resident(asked_16 or big)):
             return big
-        if fits_8(rows, resident(asked_8 or policy.Build.of(8, 8))):
-            return policy.Build.of(8, 8)
+        if fits_8(rows, resident(asked_8 or eight)):
+            return eight
         if holds_4(width, policy.STREAM_4.capacity_in(True)) and fits_4(rows, resident(asked_4 or policy.STREAM_4)):
             return policy.STREAM_4
         if two is not None:
             return two
-        return policy.Build.of(2, 8) if holds_2(width, policy.Build.of(2, 8).capacity_in(True)) \
-            else policy.Build.of(2, 16)
+        if holds_2(width, policy.Build.of(2, 8).capacity_in(True)):
+            return policy.Build.of(2, 8)
+        two16 = policy.Build.of(2, 16)
+        if third(rows, resident(eight)) and fits_two16(rows, resident(asked_two16 or two16)):
+            return two16
+        return waves or eight
     return {"block_build_for": block_build_for}
 
 
@@ -574,6 +584,23 @@ POLICY_MUTANTS = {
                           lambda: _block_build_for(two=policy.Build.of(2, 16))),
     "block_2_strict": ("block rows take 2x512x8 only below its capacity of keys",
                        lambda: _block_build_for(holds_2=lambda w, c: w < c)),
+    "block_two16_always": ("past 2x512x8's capacity block rows take 2x512x16 at any row count (the rule before "
+                           "session 46)", lambda: _block_build_for(third=lambda r, n: True,
+                                                                   fits_two16=lambda r, n: True)),
+    "block_two16_never": ("past 2x512x8's capacity block rows always take 8x512x8 in waves",
+                          lambda: _block_build_for(third=lambda r, n: False)),
+    "block_two16_second_wave": ("block rows take 2x512x16 where 8x512x8 would take a second wave",
+                                lambda: _block_build_for(third=lambda r, n: r > n)),
+    "block_two16_at_twice": ("block rows take 2x512x16 from twice 8x512x8's resident clusters (>=)",
+                             lambda: _block_build_for(third=lambda r, n: r >= 2 * n)),
+    "block_two16_past_resident": ("block rows take 2x512x16 one row past its resident clusters",
+                                  lambda: _block_build_for(fits_two16=lambda r, n: r <= n + 1)),
+    "block_two16_resident_8": ("the block rule's 2x512x16 test asks 8x512x8's residency",
+                               lambda: _block_build_for(asked_two16=policy.Build.of(8, 8))),
+    "block_waves_two16": ("block rows past 2x512x16's resident clusters take it in waves",
+                          lambda: _block_build_for(waves=policy.Build.of(2, 16))),
+    "block_waves_16": ("block rows past 2x512x16's resident clusters take 16x512x16 in waves",
+                       lambda: _block_build_for(waves=policy.Build.of(16, 16))),
     "vectors_strict": ("16 vectors a thread already at the 8-vector capacity",
                        lambda: _vectors_for(fits=lambda w, c: w < c)),
     "vectors_always_16": ("16 vectors a thread whenever the cluster may stage 16",

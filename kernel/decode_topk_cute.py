@@ -1030,8 +1030,9 @@ class DecodeTopK:
     @cute.jit
     def stage(self, sm, tid, row_logits, start, count, length, nv):
         """Stage the chunk (2.2) with 16-byte loads; returns the tops of this thread's slots
-        (block mode: the keys, a slot's in the stage, and no tops). Issue a batch of loads before the first store: the asm statements keep their
-        order, so a store right after its load would make every load wait for the last.
+        (block mode: the keys, a slot's in the stage, and no tops). Issue a batch of loads
+        before the first store: the asm statements keep their order, so a store right after
+        its load would make every load wait for the last.
         Each slot issues one predicated 16-byte load; the row's one partial vector is
         loaded lane by lane afterwards, in a branch only its thread takes. Why not
         load_u32x4 a slot: its lane-by-lane path is eight predicated loads and their

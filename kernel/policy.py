@@ -482,13 +482,20 @@ def stream_build_for(rows, width, resident, k=None):
 # so every staged build holds a block row of 131,072 logits and most hold 1,048,576, and
 # the rule picks the most CTAs a row that keep every row's cluster resident at once.
 # Measured on the H100 (every build forced on the arm, bundle 0579e567b94d, rho 0.9, k 2048,
-# 1-128 rows x 131,072-1,048,576 logits, 0 invalid; bench/NOTES.md session 45): the rule's
+# 1-128 rows x 131,072-1,048,576 logits, 0 invalid; bench/NOTES.md session 45): session 45's
 # build was the fastest or within 7% of it at every point but 32 x 1,048,576 (2x512x16
 # 62.7, 8x512x8 in two waves 55.8 us) and 128 x 1,048,576 (145.8 against 137.6); 16x512x16
 # only past BLOCK_16_WIDTH logits (1-4 x 524288: 11.97-13.31 against 13.33-14.59 on
 # 8x512x8; 1-4 x 262144: 11.47-12.13 against 10.91-11.46). Against the stage of vectors,
 # where 16x512x16 took every block row of 1,048,576 logits in launches of two waves: 64 x
 # 1M 150.9 -> 80.0 us, 128 x 1M 280.1 -> 145.8.
+# Since session 46, past 2x512x8's 524,288 logits and 8x512x8's resident clusters (its
+# block variant's 96 KB: two CTAs an SM), 8x512x8 runs in waves unless it would take a
+# third one where one wave of 2x512x16 (one CTA an SM) holds the rows. Measured on the
+# H200 (every build forced, bundle 1339cae18c93, 16-128 rows x 1,048,576 in steps of 8,
+# rho 0.9; bench/NOTES.md session 46): 8x512x8 in two waves took 47.5-62.8 us at 32-56
+# rows against 56.7-64.1 on 2x512x16; at 64 rows 71.8 against 67.0; past 2x512x16's one
+# wave (72-128 rows) 75.8-115.4 against 106.5-126.6.
 BLOCK_16_WIDTH = 262144
 
 
@@ -496,15 +503,19 @@ def block_build_for(rows, width, resident):
     """The build of a block batch (SPEC.md 2.1): past BLOCK_16_WIDTH logits 16x512x16
     while every row's 16-CTA cluster is resident at once; else 8x512x8 while every row's
     8-CTA cluster is; else 4x512x4 where it holds the rows and every row's cluster is
-    resident; else the 2-CTA build that holds them (2x512x8, past its block capacity
-    2x512x16), in waves past its resident clusters."""
+    resident; else 2x512x8 where it holds the rows, in waves past its resident clusters;
+    past its block capacity 2x512x16 where every row's cluster is resident and 8x512x8
+    would take more than two waves, else 8x512x8 in waves."""
     if width > BLOCK_16_WIDTH and rows <= resident(Build.of(16, 16)):
         return Build.of(16, 16)
-    if rows <= resident(Build.of(8, 8)):
+    eight = resident(Build.of(8, 8))
+    if rows <= eight:
         return Build.of(8, 8)
     if width <= STREAM_4.capacity_in(True) and rows <= resident(STREAM_4):
         return STREAM_4
-    return Build.of(2, 8) if width <= Build.of(2, 8).capacity_in(True) else Build.of(2, 16)
+    if width <= Build.of(2, 8).capacity_in(True):
+        return Build.of(2, 8)
+    return Build.of(2, 16) if 2 * eight < rows <= resident(Build.of(2, 16)) else Build.of(8, 8)
 
 
 def registers_for(rows, width, resident, block_mode=False):

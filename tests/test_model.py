@@ -139,9 +139,11 @@ def test_policy_chooses_the_build():
     assert resolve_build(3, 600000) == (16, 512, 16)
     # token rows past the 16-CTA build's two waves stream (on 2x512x4: wider than
     # STREAM_1_WIDTH); block rows there stage their keys (2x512x16 past 8x512x8's and
-    # 4x512x4's resident clusters: SPEC 2.1), until session 45 refused
+    # 4x512x4's resident clusters where 8x512x8 would take a third wave, else 8x512x8 in
+    # waves: SPEC 2.1), until session 45 refused
     assert resolve_build(5, 600000, resident=lambda b: 2) == policy.STREAM_2
-    assert resolve_build(5, 600000, resident=lambda b: 2, block_mode=True) == (2, 512, 16)
+    assert resolve_build(5, 600000, resident=lambda b: 2, block_mode=True) == (8, 512, 8)
+    assert resolve_build(5, 600000, resident=lambda b: 5 if b.cluster == 2 else 2, block_mode=True) == (2, 512, 16)
     # STREAM_ROWS rows wider than STREAM_WIDTH stream in token mode only: on 2x512x4 while
     # its clusters are resident, else on 1x512x4; up to STREAM_WIDTH, rows stream where
     # 2x512x16 would take at least STREAM_WAVE_RATIO times the streamed build's waves (but

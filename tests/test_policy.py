@@ -82,13 +82,27 @@ def test_launch_slices():
     wide = policy.MAX_WIDTH
     # block rows: one launch at any count (until session 45, two waves of the 16-CTA build)
     assert policy.launch_slices(30, wide, lambda b: 7, block_mode=True) == [slice(0, 30)]
-    assert policy.build_for(30, wide, lambda b: 7, block_mode=True) == policy.Build.of(2, 16)
+    assert policy.build_for(30, wide, lambda b: 7, block_mode=True) == policy.Build.of(8, 8)  # in waves
     assert policy.launch_slices(32, wide, lambda b: 7, next_n=4, block_mode=True) == [slice(0, 32)]
     assert policy.launch_slices(0, wide, lambda b: 7, block_mode=True) == []
     # token rows past the two waves stream (2x512x4 at this width): one launch takes them all
     assert policy.build_for(30, wide, lambda b: 7) == policy.STREAM_2
     assert policy.launch_slices(30, wide, lambda b: 7) == [slice(0, 30)]
     assert policy.launch_slices(0, wide, lambda b: 7) == []
+
+
+def test_block_rows_past_two_cta_capacity():
+    """Past 2x512x8's block capacity and 8x512x8's resident clusters (SPEC.md 2.1, session
+    46): 2x512x16 only while its one wave holds rows that would give 8x512x8 a third wave;
+    else 8x512x8 in waves. (H200 residencies: 7, 30 and 66.)"""
+    resident = lambda b: {16: 7, 8: 30, 2: 66}.get(b.cluster, 30)  # noqa: E731
+    two16, eight = policy.Build.of(2, 16), policy.Build.of(8, 8)
+    wide = policy.MAX_WIDTH
+    for rows, want in ((30, eight), (31, eight), (60, eight), (61, two16), (66, two16), (67, eight), (128, eight)):
+        assert policy.build_for(rows, wide, resident, block_mode=True) == want, rows
+    # up to 2x512x8's capacity the 2-CTA build takes them at any row count
+    assert policy.build_for(128, policy.Build.of(2, 8).capacity_in(True), resident, block_mode=True) == \
+        policy.Build.of(2, 8)
 
 
 def test_k512_streams_wider_rows_on_one_cta():
