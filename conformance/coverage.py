@@ -193,9 +193,10 @@ def reachable(build):
     if normalize_build(build).registers:  # token rows of at most 8,192 logits: short or direct (SPEC.md 2.13)
         return ({combo for combo in combos if combo[1] == "token" and combo[2] == NO_SLOT}
                 | {(label, "token", s, path, NONE) for s in range(vectors) for path in (SHORT, DIRECT)})
-    per_cta = -(-max(KS) // cluster)  # a short block row's largest chunk, in vectors
-    combos |= {(label, "block", s, SHORT, NONE) for s in range(-(-per_cta // threads))}
-    widest = -(-(-(-MAX_WIDTH // LOGITS_PER_VECTOR) // cluster) // threads)  # a MAX_WIDTH block row's slots
+    def block_slots(blocks):  # the slots a block row fills: its largest chunk, ceil(blocks / C), over T
+        return -(-(-(-blocks // cluster)) // threads)
+    combos |= {(label, "block", s, SHORT, NONE) for s in range(block_slots(max(KS)))}
+    widest = block_slots(-(-MAX_WIDTH // LOGITS_PER_VECTOR))  # a MAX_WIDTH block row's
     combos |= {(label, "block", s, DIRECT, NONE) for s in range(min(KEY_BLOCKS * vectors, widest))}
     direct_vectors = direct_max_length(cluster, vectors) // (8 * cluster * threads)  # d
     combos |= {(label, "token", s, DIRECT, NONE) for s in range(min(vectors, direct_vectors))}
