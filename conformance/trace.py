@@ -69,12 +69,13 @@ def _chunks(nv, cluster):
 
 
 def sample_positions(length, cluster):
-    """The 2048 sampled logit positions of a token row, in sample-array order."""
+    """The 2048 sampled logit positions of a token row, in sample-array order: S_c =
+    ceil(2048 / C) a CTA, the last CTA's up to sample 2047 (SPEC.md 2.4)."""
     nv = -(-length // 8)
-    per = SAMPLES // cluster
-    j = np.arange(per, dtype=np.int64)
+    per = -(-SAMPLES // cluster)
     pos = []
-    for start, end in _chunks(nv, cluster):
+    for c, (start, end) in enumerate(_chunks(nv, cluster)):
+        j = np.arange(min(per, SAMPLES - c * per), dtype=np.int64)
         m = min(8 * end, length) - 8 * start
         middle = ((2 * j + 1) * m) // (2 * per)
         pos.append(8 * start + np.maximum(middle - ((middle - 2 * j) & (policy.SAMPLE_BANK_LOGITS - 1)), 0))

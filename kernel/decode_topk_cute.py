@@ -629,7 +629,8 @@ def warp_select(hist, q, lane, bins=BINS):
 class DecodeTopK:
     """The decode top-k (module docstring) of rows of BF16 logits.
 
-    k: 512, 1024 or 2048; cluster: 1, 2, 4, 8 or 16 CTAs a row (4: 1024 threads, else 512);
+    k: 512, 1024 or 2048; cluster: 1, 2, 3, 4, 8 or 16 CTAs a row (4: 1024 threads, else 512;
+    3: the streamed 3x512x4, token rows only);
     vector_count: 16-byte vectors a thread stages (4, 8, or 16 at 512 threads), so a token
     row holds at most cluster * threads * vector_count vectors; block_mode: elements are
     8-logit block maxima, staged as 2-byte keys, KEY_BLOCKS to a vector (so a block row
@@ -649,6 +650,8 @@ class DecodeTopK:
         if build not in BUILDS or build.registers:
             raise ValueError(f"no staged build of cluster={cluster}, vector_count={vector_count}; builds: "
                              f"{', '.join(b.name for b in BUILDS)} (the register build: DecodeTopKRegister)")
+        if bool(block_mode) not in build.modes:
+            raise ValueError(f"build {build.name} takes token rows only, not block_mode={block_mode}")
         self.k = k
         self.cluster = cluster
         self.threads = threads_for(cluster, vector_count)
@@ -658,13 +661,17 @@ class DecodeTopK:
         self.profile = bool(profile)
         self.profile_rank = 0  # the CTA whose stamps the profile build records (stamp)
         self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
-        self.samples_per_cta = SAMPLES // cluster
+        # S_c = ceil(2048 / C) (2.4): 2048 / C where C is a power of two; at three CTAs 683,
+        # the last CTA's 682 (sample x of the 2048 is CTA x // S_c's sample x % S_c).
+        self.samples_per_cta = -(-SAMPLES // cluster)
         # Longer token rows stream (2.12); block rows never do, so their variants carry
         # no streaming code and no index region beside the queue.
         self.streams = build.streams and not self.block_mode
         # A sampled row's samples (2.4): a staged build reads them from its stages, a
         # streamed build (whose sampled rows stage nothing) from global memory.
         self.samples_staged = not self.streams and not self.block_mode
+        if self.samples_staged and SAMPLES % (8 * cluster):  # gather_samples: 8 samples a 16-byte piece, one owner's
+            raise ValueError(f"a staged sampled row needs 2048 samples in pieces of 8 per CTA, not at {cluster} CTAs")
         # On clusters of SAMPLED_ASYNC_CLUSTER CTAs a staged sampled row of at least
         # SAMPLED_ASYNC_MIN_LENGTH logits in a launch of at most SAMPLED_ASYNC_ROWS rows
         # instead reads its own S_c samples from global memory while its chunk is copied
@@ -967,7 +974,7 @@ class DecodeTopK:
         warps = self.threads // 32
         per, width = maxima_reads(self.cluster, self.threads)
         mine = Int32(-1)
-        if lane < min(self.cluster * warps, 32):
+        if lane < (self.cluster * warps) // per:
             for h in cutlass.range_constexpr(per // width):
                 first = lane * per + h * width  # the load's first word: CTA first // warps
                 address = sm["maxima"] + (first % warps) * 4
@@ -1122,9 +1129,10 @@ class DecodeTopK:
     # -- sampling ----------------------------------------------------------------------
     def sample_offset(self, c, j, nv, length):
         """Sample j of CTA c's chunk (2.4): (start_c, p), the logit at offset p of the chunk,
-        whose m_c valid logits start at logit 8 start_c (S = 2048 / C): the middle o = ((2j
-        + 1) m_c) // (2 S) of part j, moved down to the nearest offset = 2j mod 64 (not
-        below 0), so that the stage's 32 samples a warp (own_samples) lie in 32 banks."""
+        whose m_c valid logits start at logit 8 start_c (S = S_c = ceil(2048 / C)): the
+        middle o = ((2j + 1) m_c) // (2 S) of part j, moved down to the nearest offset = 2j
+        mod 64 (not below 0), so that the stage's 32 samples a warp (own_samples) lie in 32
+        banks."""
         per, C = self.samples_per_cta, self.cluster
         first = (c * nv) // C
         m = cutlass.min((((c + 1) * nv) // C) * 8, length) - first * 8
@@ -1137,8 +1145,8 @@ class DecodeTopK:
     def load_samples(self, tid, row_logits, nv, length, sampled):
         """Issue this thread's loads of the row's samples from global memory (if sampled),
         the same 2048 in every CTA (the streamed builds, whose sampled rows stage nothing):
-        sample x = c S + j, thread tid taking x = r T + tid. Returns [(r, key)] for
-        store_samples."""
+        sample x = c S_c + j, thread tid taking x = r T + tid (at three CTAs the last one's
+        S_c - 1 parts: 2 x 683 + 682). Returns [(r, key)] for store_samples."""
         per = self.samples_per_cta
         loaded = []
         for r in range(SAMPLES // self.threads):

@@ -1187,15 +1187,16 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
     elif mutant == STREAM_AT_STAGE and U > 0:
         sampled = (not block) and length >= DM
     if sampled:
-        # Samples (2.4): the S_c samples of CTA c's chunk at index c S_c + j (every CTA
-        # reads all 2048 from the row in global memory).
-        S = SAMPLES // C
+        # Samples (2.4): the S_c = ceil(2048 / C) samples of CTA c's chunk at index c S_c +
+        # j, the last CTA's up to sample 2047 (every CTA reads all 2048 from the row in
+        # global memory).
+        S = -(-SAMPLES // C)
         for c in range(C):
             start, end = _chunk(c, nv, C, mutant)
             m = min(8 * end, length) - 8 * start
             if mutant == SAMPLE_SPAN:
                 m = 8 * (end - start)
-            for j in range(S):
+            for j in range(min(S, SAMPLES - c * S)):
                 if mutant == SAMPLE_DROP and j == S - 1:
                     samples[c * S + j] = 0
                     continue
