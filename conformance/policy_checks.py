@@ -319,7 +319,8 @@ def _edge_problems(p):
 
 
 def maxima_problems(p=policy):
-    """Where the direct path's row_max, on a build of `p.BUILDS`, would not read each of
+    """Where the direct path's row_max, on a build of `p.BUILDS`, reads other than SPEC
+    2.5's words a lane, or would not read each of
     the C x T/32 words of "maxima" exactly once (p.maxima_reads' plan, walked as the
     kernel walks it: lanes below words // per, per // width loads of `width` words from
     word lane per + h width), or would read a 16-byte load misaligned or across a CTA."""
@@ -330,6 +331,10 @@ def maxima_problems(p=policy):
         warps = build.threads // 32
         words = build.cluster * warps
         per, width = p.maxima_reads(build.cluster, build.threads)
+        # SPEC 2.5: the least divisor of the warps that reaches every word with 32 lanes
+        want = min(d for d in range(1, warps + 1) if warps % d == 0 and 32 * d >= words)
+        if per != want:
+            problems.append(f"{build}: row_max reads {per} words a lane, SPEC 2.5 says {want}")
         read = []
         if words // per > 32:
             problems.append(f"{build}: row_max's plan needs {words // per} lanes of one warp")

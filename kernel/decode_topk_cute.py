@@ -125,6 +125,7 @@ from .policy import (
     SAMPLED_WRITE_QUEUE_CLUSTER,
     SAMPLE_BANK_LOGITS,
     SAMPLES,
+    sample_chunks,
     STAGE_PREFETCH,
     STREAM_DEPTH,
     STREAM_PREFETCH,
@@ -661,17 +662,18 @@ class DecodeTopK:
         self.profile = bool(profile)
         self.profile_rank = 0  # the CTA whose stamps the profile build records (stamp)
         self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
-        # S_c = ceil(2048 / C) (2.4): 2048 / C where C is a power of two; at three CTAs 683,
-        # the last CTA's 682 (sample x of the 2048 is CTA x // S_c's sample x % S_c).
-        self.samples_per_cta = -(-SAMPLES // cluster)
+        # The samples' chunks (2.4): the CTAs' (S_c = 2048 / C a CTA), or at three CTAs the
+        # whole row (1x512x4's 2048).
+        self.sample_chunks = sample_chunks(cluster)
+        self.samples_per_cta = SAMPLES // self.sample_chunks
         # Longer token rows stream (2.12); block rows never do, so their variants carry
         # no streaming code and no index region beside the queue.
         self.streams = build.streams and not self.block_mode
         # A sampled row's samples (2.4): a staged build reads them from its stages, a
         # streamed build (whose sampled rows stage nothing) from global memory.
         self.samples_staged = not self.streams and not self.block_mode
-        if self.samples_staged and SAMPLES % (8 * cluster):  # gather_samples: 8 samples a 16-byte piece, one owner's
-            raise ValueError(f"a staged sampled row needs 2048 samples in pieces of 8 per CTA, not at {cluster} CTAs")
+        if self.samples_staged and self.sample_chunks != cluster:  # each CTA's from its own stage
+            raise ValueError(f"a staged sampled row takes its samples from each CTA's chunk, not at {cluster} CTAs")
         # On clusters of SAMPLED_ASYNC_CLUSTER CTAs a staged sampled row of at least
         # SAMPLED_ASYNC_MIN_LENGTH logits in a launch of at most SAMPLED_ASYNC_ROWS rows
         # instead reads its own S_c samples from global memory while its chunk is copied
@@ -1129,11 +1131,11 @@ class DecodeTopK:
     # -- sampling ----------------------------------------------------------------------
     def sample_offset(self, c, j, nv, length):
         """Sample j of CTA c's chunk (2.4): (start_c, p), the logit at offset p of the chunk,
-        whose m_c valid logits start at logit 8 start_c (S = S_c = ceil(2048 / C)): the
-        middle o = ((2j + 1) m_c) // (2 S) of part j, moved down to the nearest offset = 2j
-        mod 64 (not below 0), so that the stage's 32 samples a warp (own_samples) lie in 32
-        banks."""
-        per, C = self.samples_per_cta, self.cluster
+        whose m_c valid logits start at logit 8 start_c (S = 2048 / C, C the samples'
+        chunks: sample_chunks): the middle o = ((2j + 1) m_c) // (2 S) of part j, moved down
+        to the nearest offset = 2j mod 64 (not below 0), so that the stage's 32 samples a
+        warp (own_samples) lie in 32 banks."""
+        per, C = self.samples_per_cta, self.sample_chunks
         first = (c * nv) // C
         m = cutlass.min((((c + 1) * nv) // C) * 8, length) - first * 8
         # In 64 bits: (2j + 1) m reaches 4095 x 1,048,576 at one CTA a row (1x512x4).
@@ -1145,8 +1147,8 @@ class DecodeTopK:
     def load_samples(self, tid, row_logits, nv, length, sampled):
         """Issue this thread's loads of the row's samples from global memory (if sampled),
         the same 2048 in every CTA (the streamed builds, whose sampled rows stage nothing):
-        sample x = c S_c + j, thread tid taking x = r T + tid (at three CTAs the last one's
-        S_c - 1 parts: 2 x 683 + 682). Returns [(r, key)] for store_samples."""
+        sample x = c S_c + j, thread tid taking x = r T + tid (c of the samples' chunks:
+        at three CTAs one, the row). Returns [(r, key)] for store_samples."""
         per = self.samples_per_cta
         loaded = []
         for r in range(SAMPLES // self.threads):

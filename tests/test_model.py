@@ -275,15 +275,18 @@ def test_sample_positions_spread_over_banks(length, cluster):
         pytest.skip("no sampled row this short at this cluster (length > D >= 8 C T)")
     pos = sample_positions(length, cluster)
     nv = -(-length // 8)
-    per = -(-policy.SAMPLES // cluster)  # S_c: 683 at three CTAs, the last one's 682
+    chunks = policy.sample_chunks(cluster)  # 3x512x4: one, the row (1x512x4's samples)
+    assert chunks == (1 if cluster == 3 else cluster)
+    per = policy.SAMPLES // chunks
     assert pos.size == policy.SAMPLES
-    for c in range(cluster):
-        start, end = (c * nv) // cluster, ((c + 1) * nv) // cluster
+    if chunks == 1:
+        assert np.array_equal(pos, sample_positions(length, 1))
+    for c in range(chunks):
+        start, end = (c * nv) // chunks, ((c + 1) * nv) // chunks
         offsets = pos[c * per:(c + 1) * per] - 8 * start
-        assert offsets.size == min(per, policy.SAMPLES - c * per)
         assert offsets.min() >= 0 and offsets.max() < min(8 * end, length) - 8 * start
-        assert np.unique(offsets).size == offsets.size
-        assert np.array_equal((offsets >> 1) % 32, np.arange(offsets.size) % 32)
+        assert np.unique(offsets).size == per
+        assert np.array_equal((offsets >> 1) % 32, np.arange(per) % 32)
 
 
 @pytest.mark.parametrize("k", [512, 1024, 2048])
