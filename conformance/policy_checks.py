@@ -196,7 +196,8 @@ def _edge_problems(p):
              STREAM_WIDTH, EDGE_TWO_WAVE)
     widths = sorted({0, 1, 8, 4096} | {e + d for e in edges for d in (-1, 0, 1)} - {EDGE_MAX + 1})
     for small, large16, four, two, two16, stream2, register, stream4, stream8, stream3 in (
-            (15, 7, 30, 66, None, None, None, None, None, None), (30, 14, None, None, None, None, None, None, None, None),
+            (15, 7, 30, 66, None, None, None, None, None, None),
+            (30, 14, None, None, None, None, None, None, None, None),
             (1, 1, None, None, None, None, None, None, None, None), (15, 7, 30, 20, None, None, None, None, None, None),
             (15, 7, 30, 66, 40, None, None, None, None, None), (15, 7, 30, 66, 40, 50, None, None, None, None),
             (15, 7, 30, 66, 60, 20, None, None, None, None), (70, 40, None, None, None, None, None, None, None, None),
@@ -215,7 +216,8 @@ def _edge_problems(p):
         stream4 = stream4 or four
         stream8 = stream8 or small
         stream3 = stream3 or small
-        row_counts = sorted(({1, small - 1, small, small + 1, stream3 - 1, stream3, stream3 + 1, four - 1, four, four + 1, two - 1, two, two + 1,
+        row_counts = sorted(({1, small - 1, small, small + 1, stream3 - 1, stream3, stream3 + 1,
+                             four - 1, four, four + 1, two - 1, two, two + 1,
                              register - 1, register, register + 1, stream4 - 1, stream4, stream4 + 1,
                              stream8 - 1, stream8, stream8 + 1,
                              stream2 - 1, stream2, stream2 + 1, large16 - 1, large16, large16 + 1, 2 * large16,
