@@ -448,26 +448,16 @@ def _fits_8(fits):
     return {**_stream_build_for(fits_8=fits), **_streams_for(fits_8=fits)}
 
 
-def _four_before_eight():
-    """stream_build_for asking 4x512x4's residency before 8x512x4's."""
+def _asked_first(build, edge):
+    """stream_build_for asking `build`'s residency (past the policy constant named `edge`)
+    before every other streamed rule (4x512x4 before 8x512x4; 3x512x4 before both)."""
     own = policy.stream_build_for
 
     def stream_build_for(rows, width, resident, k=None):
-        if width > policy.STREAM_WIDE_WIDTH and rows <= resident(policy.STREAM_4):
-            return policy.STREAM_4
+        if width > getattr(policy, edge) and rows <= resident(build):
+            return build
         return own(rows, width, resident, k)
-    return stream_build_for
-
-
-def _three_before_four():
-    """stream_build_for asking 3x512x4's residency before 4x512x4's and 8x512x4's."""
-    own = policy.stream_build_for
-
-    def stream_build_for(rows, width, resident, k=None):
-        if width > policy.STREAM_3_WIDTH and rows <= resident(policy.STREAM_3):
-            return policy.STREAM_3
-        return own(rows, width, resident, k)
-    return stream_build_for
+    return {"stream_build_for": stream_build_for}
 
 
 def _capacity_in(stream_token=policy.MAX_WIDTH, stream_block=None, keys=policy.KEY_BLOCKS):
@@ -535,6 +525,29 @@ def _check_width(low=0, high=policy.MAX_WIDTH):
         if not low <= width <= high:
             raise ValueError(f"row width {width} is outside [{low}, {high}]")
     return {"check_width": check_width}
+
+
+def _stream_rule_mutants(cluster, edge, since):
+    """The five residency mutants of the streamed build of `cluster` CTAs' rule in
+    stream_build_for (past the policy constant named `edge`, while every row's cluster is
+    resident): never taken, taken at the edge, at every width, one row past its resident
+    clusters, and one row short of them."""
+    build, value = f"{cluster}x512x4", getattr(policy, edge)
+
+    def rule(test, arg):
+        return lambda: _stream_build_for(**{f"{test}_{cluster}": arg})
+    return {
+        f"stream_{cluster}_never": (f"streaming batches never take {build} (the rule before session {since})",
+                                    rule("fits", lambda r, n: False)),
+        f"stream_{cluster}_at_width": (f"{build} from {edge} logits (width >= {value:,}, not >)",
+                                       rule("wide", lambda w, c: w >= c)),
+        f"stream_{cluster}_any_width": (f"{build} at every streaming width while its clusters are resident",
+                                        rule("wide", lambda w, c: True)),
+        f"stream_{cluster}_past_resident": (f"{build} for rows = its resident clusters + 1 (two waves)",
+                                            rule("fits", lambda r, n: r <= n + 1)),
+        f"stream_{cluster}_strict": (f"{build} only while rows < its resident clusters (not <=)",
+                                     rule("fits", lambda r, n: r < n)),
+    }
 
 
 POLICY_MUTANTS = {
@@ -674,34 +687,16 @@ POLICY_MUTANTS = {
                                                                 self.vectors == policy.STREAM_VECTORS)}),
     "streams_any_vectors": ("every build of one or two CTAs streams, whatever its vectors",
                             lambda: {"Build.streams": property(lambda self: self.cluster in (1, 2))}),
-    "stream_4_never": ("streaming batches never take 4x512x4 (the rule before session 43)",
-                       lambda: _stream_build_for(fits_4=lambda r, n: False)),
-    "stream_4_at_width": ("4x512x4 from STREAM_WIDE_WIDTH logits (width >= 524,288, not >)",
-                          lambda: _stream_build_for(wide_4=lambda w, c: w >= c)),
-    "stream_4_any_width": ("4x512x4 at every streaming width while its clusters are resident",
-                           lambda: _stream_build_for(wide_4=lambda w, c: True)),
-    "stream_4_past_resident": ("4x512x4 for rows = its resident clusters + 1 (two waves)",
-                               lambda: _stream_build_for(fits_4=lambda r, n: r <= n + 1)),
-    "stream_4_strict": ("4x512x4 only while rows < its resident clusters (not <=)",
-                        lambda: _stream_build_for(fits_4=lambda r, n: r < n)),
+    **_stream_rule_mutants(4, "STREAM_WIDE_WIDTH", 43),
+    **_stream_rule_mutants(3, "STREAM_3_WIDTH", 47),
     "stream_4_resident_1024": ("the 4x512x4 rule asks 4x1024x8's residency, not its own",
                                lambda: _stream_build_for(asked_4=policy.Build.of(4, 8))),
     "stream_4_threads_1024": ("the 4-CTA streamed build has 1024 threads, as 4x1024x8 (threads_for by cluster)",
                               lambda: {"threads_for": lambda cluster, vectors=None: 1024 if cluster == 4 else 512}),
-    "stream_3_never": ("streaming batches never take 3x512x4 (the rule before session 47)",
-                       lambda: _stream_build_for(fits_3=lambda r, n: False)),
-    "stream_3_at_width": ("3x512x4 from STREAM_3_WIDTH logits (width >= 131,072, not >)",
-                          lambda: _stream_build_for(wide_3=lambda w, c: w >= c)),
-    "stream_3_any_width": ("3x512x4 at every streaming width while its clusters are resident",
-                           lambda: _stream_build_for(wide_3=lambda w, c: True)),
-    "stream_3_past_resident": ("3x512x4 for rows = its resident clusters + 1 (two waves)",
-                               lambda: _stream_build_for(fits_3=lambda r, n: r <= n + 1)),
-    "stream_3_strict": ("3x512x4 only while rows < its resident clusters (not <=)",
-                        lambda: _stream_build_for(fits_3=lambda r, n: r < n)),
     "stream_3_resident_2": ("the 3x512x4 rule asks 2x512x4's residency, not its own",
                             lambda: _stream_build_for(asked_3=policy.STREAM_2)),
     "stream_3_before_four": ("3x512x4's rule asked before 4x512x4's and 8x512x4's",
-                             lambda: {"stream_build_for": _three_before_four()}),
+                             lambda: _asked_first(policy.STREAM_3, "STREAM_3_WIDTH")),
     "stream_3_block_rows": ("3x512x4 holds block rows (a block variant of it, never chosen nor built)",
                             lambda: {"Build.token_only": property(lambda self: self.registers)}),
     "stream_3_staged": ("3x512x4 is a staged build (its token rows past 49,152 logits refused)",
@@ -726,7 +721,7 @@ POLICY_MUTANTS = {
     "stream_8_before_rows": ("rows within the 16-CTA build's one wave stream on 8x512x4 (no lower bound)",
                              lambda: _streams_for(past_wave=lambda r, n: True)),
     "stream_8_after_4": ("4x512x4 before 8x512x4 where both clusters are resident",
-                         lambda: {"stream_build_for": _four_before_eight()}),
+                         lambda: _asked_first(policy.STREAM_4, "STREAM_WIDE_WIDTH")),
     "stream_8_threads_1024": ("the 8-CTA streamed build has 1024 threads (threads_for(8, 4) = 1024)",
                               lambda: {"threads_for": lambda cluster, vectors=None: 1024 if (
                                   cluster == 4 and vectors != policy.STREAM_VECTORS) or (
