@@ -33,9 +33,12 @@ def sample_chunks(cluster):
     """The chunks a row's 2048 samples are spread over (SPEC.md 2.4): the C CTAs' where C
     divides 2048 (every build but 3x512x4), else one, the whole row (3x512x4, whose samples
     are 1x512x4's: every CTA of a streamed build reads all 2048 from global memory, so they
-    need not follow its chunks, and on a row of whole vectors they are the power-of-two
-    builds' own, so every build takes the same cutoff)."""
+    need not follow its chunks, and where the row's vectors split evenly into 16 chunks,
+    as at every width of the grid, they are the power-of-two builds' own, so every build
+    takes the same cutoff)."""
     return cluster if SAMPLES % cluster == 0 else 1
+
+
 # Sample j of a chunk lies at the middle o of its part moved down to the nearest logit p
 # with p = 2j mod SAMPLE_BANK_LOGITS (SPEC.md 2.4): 64 two-byte logits span the 32 four-byte
 # banks of shared memory once, so the 32 samples a warp reads from its stage lie in 32
