@@ -17,19 +17,18 @@ written as -1. Values are compared through an order-preserving 16-bit key of the
 bits, so ties are exact, and the answer is a pure function of the row: not of the batch,
 the build or the run.
 
-How. One thread block cluster of C CTAs per row (C = 1: one CTA, no cluster), chosen from
-the rows and the width (SPEC.md 2.1) so that the batch runs in one wave where the GPU can
-hold it: 2 CTAs of 512 threads for rows up to 8,192 logits, 8 of 512 while every row's
-8-CTA cluster can be resident at once; else, up to 65,536 logits, 2 while every row's
-2-CTA cluster can, else 1 when the rows outnumber the resident 4-CTA clusters; else 2 up
-to 131,072 logits (in waves past their resident count), else 4 of 1024. Each CTA copies
-one contiguous chunk of the row into shared memory, as 16-byte vectors of 8 logits (block
-mode: one 2-byte key a block, 8 to a 16-byte key vector, so a stage holds 8 times the
-blocks); the chunks split the row's valid length, not its width. A thread stages 8 or 16
-vectors and keeps their tops (largest keys) in registers, so a CTA holds 32,768 or 65,536
-logits. Wider rows take 8 CTAs of 16 vectors a thread (524,288) or 16 CTAs (a non-portable
-cluster size, 1,048,576); rows of these builds run in waves when they outnumber the
-resident clusters.
+How. One thread block cluster of C CTAs per row (C = 1: one CTA, no cluster), the build
+(C CTAs of T threads staging V 16-byte vectors a thread, spelled CxTxV) chosen from the
+rows, the width and the mode by the launch policy (policy.build_for, SPEC.md 2.1) so that
+the batch runs in one wave wherever the GPU can hold it. A staged build (1, 2, 4 of 1024
+threads, 8 or 16 CTAs) has each CTA copy one contiguous chunk of the row into shared
+memory, as 16-byte vectors of 8 logits (block mode: one 2-byte key a block, 8 to a 16-byte
+key vector, so a stage holds 8 times the blocks); the chunks split the row's valid length,
+not its width. A thread stages 8 or 16 vectors and keeps their tops (largest keys) in
+registers. Many long token rows instead stream (SPEC.md 2.12) on the streamed builds of
+1, 2, 3, 4 or 8 CTAs of 512 threads: each CTA reads its chunk from global memory once and
+keeps in shared memory only the vectors that can hold a selected key. Rows run in waves
+where they outnumber the build's resident clusters.
 
 Every CTA selects over its own chunk, with no CTA funnelling the row (SPEC.md 2.5): it
 queues the vectors that can hold a key >= lo, histograms their keys' high bytes, and adds
@@ -41,7 +40,7 @@ the prefix over the CTAs before it and a scan over its own queue in index order.
 decides which equal key is kept or where an index goes. Two values of lo:
 
 Sampled (token rows longer than D = direct_max_length(C): 32,768 logits at 1 and 2 CTAs,
-65,536 at 4 and 8, 131,072 at 16)::
+65,536 at 4 and 8, 131,072 at 16; the streamed builds' stage)::
 
     the row's 2048 samples, each CTA's from its own stage (at 16 CTAs: read from
     global memory while its chunk is copied into its stage asynchronously, the cutoff
