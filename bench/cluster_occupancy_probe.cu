@@ -9,8 +9,8 @@
 //     nvcc -O3 -arch=sm_90a -o build/cluster_occupancy_probe bench/cluster_occupancy_probe.cu  (here)
 //     build/cluster_occupancy_probe                                                      (on the GPU)
 //
-// Prints one line a footprint: the resident clusters for each C (0: the launch is refused),
-// and the cluster count times C (the SMs' worth of CTAs it keeps busy).
+// Prints one line a footprint: the resident clusters for each C (0: none fits; -1: the
+// query failed), and the cluster count times C (the SMs' worth of CTAs it keeps busy).
 #include <cstdio>
 #include <cuda_runtime.h>
 
