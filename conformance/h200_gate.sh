@@ -19,7 +19,8 @@
 #          GATE_AFTER=$! bash conformance/h200_gate.sh dsl; wait
 #          (neither times anything; the wheel mode's soak has a time budget, so it runs alone).
 #   checks, soak: the wheel mode in two parts (checks: its conformance runs and GPU tests;
-#          soak: the soak alone); dsl-jit, dsl-tests: the dsl mode's two steps apart. So the
+#          soak: the soak alone; checks itself in two, aot: the conformance runs, gpu-tests: the
+#          GPU tests); dsl-jit, dsl-tests: the dsl mode's two steps apart. So the
 #          whole gate in two device runs (session 14), after staging the DSL; the first
 #          (carry [".dsl/b", "dist"], ~560 s) runs the checks and the JIT conformance beside
 #          the sanitizers, then the soak alone:
@@ -31,11 +32,16 @@
 #          invariance tests compile their variants: more than 85 s; session 13's ran beside
 #          nothing in well under 250 s).
 #
+# GATE_BUILD=CxTxV (default all): the steps that force every build force that one only: the
+# gate of a bundle that adds a build while every other compile's PTX is identical to a gated
+# bundle's (kernel/resources.py --same-ptx-as), whose gate stands for those builds.
+#
 # Every log goes to $OUT/ev (it comes back); a table of the verdicts is printed last.
 # Exit 1 if any step failed.
 set -u
-usage="usage: h200_gate.sh wheel|checks|soak|sanitizers|dsl|dsl-jit|dsl-tests"
+usage="usage: h200_gate.sh wheel|checks|soak|aot|gpu-tests|sanitizers|dsl|dsl-jit|dsl-tests"
 mode=${1:?$usage}
+build=${GATE_BUILD:-all}
 ev=${OUT:-build/h200}/ev
 mkdir -p "$ev"
 status=0
@@ -60,27 +66,31 @@ use_wheel() {  # the wheel of dist/ alone on PYTHONPATH, installed afresh (a war
         | tee "$ev/kernel_source.txt"
 }
 case "$mode" in
-wheel|checks|soak)
+wheel|checks|soak|aot|gpu-tests)
     use_wheel
-    if [ "$mode" != soak ]; then
-        step gpu_conformance_full_aot_wheel 360 python3 -m decode_topk.conformance --impl aot --level full --build all
+    if [ "$mode" = wheel ] || [ "$mode" = checks ] || [ "$mode" = aot ]; then
+        step gpu_conformance_full_aot_wheel 360 python3 -m decode_topk.conformance --impl aot --level full --build "$build"
         step gpu_conformance_full_aot_wheel_policy_builds 60 python3 -m decode_topk.conformance --impl aot --level full
+    fi
+    if [ "$mode" = wheel ] || [ "$mode" = checks ] || [ "$mode" = gpu-tests ]; then
         # (the GPU tests time nothing but the PDL test's producer: in `checks` mode they wait
         # for the processes named in $GATE_AFTER, as the dsl mode's do)
         await_gate_after
         step pytest_gpu_aot_wheel 180 python3 -m pytest -q -m gpu tests -p no:cacheprovider
     fi
-    [ "$mode" != checks ] && step soak 220 python3 -m decode_topk.conformance.soak --budget 170 --out "$ev"
+    if [ "$mode" = wheel ] || [ "$mode" = soak ]; then
+        step soak 220 python3 -m decode_topk.conformance.soak --budget 170 --out "$ev"
+    fi
     ;;
 sanitizers)
     use_wheel
-    step sanitizers 590 bash conformance/sanitizers.sh "$ev/san" 440
+    step sanitizers 590 bash conformance/sanitizers.sh "$ev/san" 440 --builds "$build"
     ;;
 dsl|dsl-jit|dsl-tests)
     source .dsl/b/install.sh > /dev/null 2>&1
     export PYTHONPATH="$(bash .ci/pythonpath):${PYTHONPATH:-}" DECODE_TOPK_AOT_DIR=/nonexistent
     if [ "$mode" != dsl-tests ]; then
-        step gpu_conformance_full_jit 420 python3 -m decode_topk.conformance --impl jit --level full --build all
+        step gpu_conformance_full_jit 420 python3 -m decode_topk.conformance --impl jit --level full --build "$build"
     fi
     if [ "$mode" != dsl-jit ]; then
         # The PDL test times its producer by the clock: it waits for the processes named in
