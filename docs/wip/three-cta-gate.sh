@@ -31,7 +31,8 @@ inner() {
         bash conformance/h200_gate.sh dsl-tests > $OUT/dsl_tests_gate.txt 2>&1
     fi
 }
-nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device$part.txt
+# (call 1's GPU name: three-cta-measure.sh writes device.txt)
+[ "$part" = 2 ] && nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
 export -f inner; export part
 timeout "${T:-540}" bash -c inner; echo "call $part: exit $?"
 # at most 8 files come back: everything but the summaries in one archive
