@@ -457,8 +457,11 @@ STREAM_TWO_WAVE_WIDTH = 106496
 # Past STREAM_3_WIDTH logits a streaming batch whose rows' 3-CTA clusters are all resident
 # at once (and, past STREAM_WIDE_WIDTH, not their 4- or 8-CTA ones) takes 3x512x4: one
 # wave that reads each row over three SMs, where 2x512x4 reads it over two and leaves a
-# third of the SMs idle (32 rows: 64 of 132 SMs). The 4-CTA clusters must fit the GPCs
-# (30 resident on the H100 and H200), the 3-CTA ones more of them (MEASURED).
+# third of the SMs idle (32 rows: 64 of 132 SMs). The GPCs hold 39 clusters of three
+# against 30 of four (H100 and H200). Measured on the H100 (bundle df217f48b77f, every
+# build forced, rho 0.9 and Gaussian, k 512 and 2048, session 49): fastest at all 24
+# points of 32 and 39 rows x 163,840-1,048,576 logits, 0.88-0.94 of 2x512x4's time at
+# 163,840-262,144, 0.89-0.90 at 32 x 1M, 0.95-0.975 at 39 x 1M.
 STREAM_3_WIDTH = STREAM_WIDTH
 
 
