@@ -87,7 +87,9 @@ sanitizers)
     step sanitizers 590 bash conformance/sanitizers.sh "$ev/san" 440 --builds "$build"
     ;;
 dsl|dsl-jit|dsl-tests)
-    source .dsl/b/install.sh > /dev/null 2>&1
+    # (DSL_INSTALL: the DSL's install script, .dsl/b's after the two-call staging, or
+    # .dsl/one's, docs/wip/dsl-one.sh)
+    source "${DSL_INSTALL:-.dsl/b/install.sh}" > /dev/null 2>&1
     export PYTHONPATH="$(bash .ci/pythonpath):${PYTHONPATH:-}" DECODE_TOPK_AOT_DIR=/nonexistent
     if [ "$mode" != dsl-tests ]; then
         step gpu_conformance_full_jit 420 python3 -m decode_topk.conformance --impl jit --level full --build "$build"
