@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 3x512x4 arm (branch three-cta, docs/design/three_cta.md) on the H200. Every compile but
+# The 3x512x4 arm (docs/design/three_cta.md; landed in session 50) on the H200. Every compile but
 # 3x512x4's has the PTX of the gated 1339cae18c93 (docs/evidence/df217f48b77f/same_ptx.txt on
 # the branch), so the gate's every-build steps force 3x512x4 alone (GATE_BUILD) and the rest
 # of the gate runs whole (the policy's builds, GPU tests, soak, PDL and invariance).
