@@ -122,6 +122,7 @@ def make_narrow_overflow(rng, width, specs):
 
 
 STREAM_CLUSTERS = (1, 2)  # the CTAs a row whose sample positions vector rows steer by default
+STREAM_CLUSTERS_3 = (1, 2, 3)  # and those of the three-part rows (3x512x4's too)
 STREAM_CLUSTERS_4 = (1, 2, 4)  # and those of the four-part rows (4x512x4's too)
 STREAM_CLUSTERS_8 = (1, 2, 4, 8)  # and those of the eight-part rows (8x512x4's too)
 
@@ -410,6 +411,20 @@ STREAM_SPECS = (
     (L_STREAM, (100, 156), (100, 156)),  # G + E = 512: sampled at k = 512, underflow above
     (L_STREAM, (1000, 524), (0, 524)),  # G + E = 2048: sampled at every k
 )
+# 3x512x4 (SPEC.md 2.12): rows of W_STREAM_3 logits, whose three chunks (the parts) hold
+# more than STREAM_QUEUE vectors each (nv = 26,112: 8,704 a CTA), so each CTA of 3x512x4
+# may overflow alone; the cutoff is steered at 3 CTAs too (STREAM_CLUSTERS_3).
+W_STREAM_3 = 208904
+L_STREAM_3 = 208896
+STREAM_3_SPECS = (
+    # k = 2048: CTA 0's queue at STREAM_QUEUE (and at 1 CTA the row's)
+    (L_STREAM_3, (6144, 2100), (0, 100), (0, 100)),
+    (L_STREAM_3, (6145, 2100), (0, 100), (0, 100)),  # k = 2048: Q_0 = 8,193: overflow
+    (L_STREAM_3 - 5, (100, 100), (100, 100), (8300, 100)),  # the last CTA's queue alone overflows
+    (L_STREAM_3, (4500, 100), (4500, 100), (100, 100)),  # every queue of 3 fits; of 1 not
+    (L_STREAM_3 - 3, (0, 2100), (300, 100), (0, 100)),  # G < k <= G + E at k = 2048: K = cutoff
+    (L_STREAM_3 - 1, (100, 100), (0, 100), (0, 100)),  # G + E = 500: underflow at every k
+)
 # 4x512x4 (SPEC.md 2.12): rows of W_STREAM_4 logits, whose four chunks (the parts) hold
 # more than STREAM_QUEUE vectors each (nv = 34,816: 8,704 a CTA), so each CTA of 4x512x4
 # may overflow alone; the cutoff is steered at 4 CTAs too (STREAM_CLUSTERS_4).
@@ -448,12 +463,12 @@ STREAM_WIDE_SPECS = (
     (W_STREAM_WIDE - 7, (300, 1000), (0, 2000)),
     (W_STREAM_WIDE, (200, 150), (0, 150)),
 )
-# Around each streamed build's stage D (16,384, 32,768 and 65,536; 8x512x4's 131,072 in
+# Around each streamed build's stage D (16,384, 32,768, 49,152 and 65,536; 8x512x4's 131,072 in
 # STREAM_BOUNDARY_LENGTHS_8, a case of its own whose width leaves out the builds of at most
 # 131,072 logits): direct up to it, streamed past it, masked last vectors either side; the
 # 1-CTA build's stage rows in both modes (a block row of 16,384 logits fills its four slots).
 STREAM_BOUNDARY_LENGTHS = (16383, 16384, 16385, 16387, 16392, 16393, 32767, 32768, 32769, 32771, 32776, 32777,
-                           65535, 65536, 65537, 65539, 65544, 65545)
+                           49151, 49152, 49153, 49155, 49160, 49161, 65535, 65536, 65537, 65539, 65544, 65545)
 STREAM_BOUNDARY_LENGTHS_8 = (131071, 131072, 131073, 131075, 131080, 131081)
 STAGE_LENGTHS = (16384, 16383, 16377, 12289, 12296, 4097, 0)
 # One value a row (make_one_value_rows): past both stages, each chunk of 2x512x4 more than

@@ -460,15 +460,15 @@ CASES = (
          partial(algo.make_one_cta_hits, width=65536, lengths=algo.ONE_CTA_LENGTHS_16),
          "the 2048 largest values at the 1-CTA sample positions: 1x512x16's sampled rows underflow (q < k), "
          "slots 8-15", modes=(False,), intent=algo.one_cta_intent(algo.ONE_CTA_LENGTHS_16)),
-    # --- ci: the streamed builds 1x512x4, 2x512x4, 4x512x4 and 8x512x4 (SPEC.md 2.12): their stages' boundaries,
+    # --- ci: the streamed builds 1x512x4 to 8x512x4 (SPEC.md 2.12): their stages' boundaries,
     # each CTA's queue at its capacity and one past it, overflow (in one CTA, in every CTA,
     # over the row but in none), the vectors of top == cutoff a queue truncates at k, underflow,
     # each fallback to the direct path from global memory (the ci cases of more than 16,384
     # and 32,768 logits stream there too) ------------------------------------------------------
     Case("stream-threshold", "ci", 319,
          partial(algo.make_normal_rows, width=65552, lengths=algo.STREAM_BOUNDARY_LENGTHS),
-         "lengths D - 1, D, D + 1, D + 3, D + 8, D + 9 at D = 16,384, 32,768 and 65,536 (the stages of "
-         "1x512x4, 2x512x4 and 4x512x4, past which their rows stream): masked last vectors either side",
+         "lengths D - 1, D, D + 1, D + 3, D + 8, D + 9 at D = 16,384, 32,768, 49,152 and 65,536 (the stages of "
+         "1x512x4, 2x512x4, 3x512x4 and 4x512x4, past which their rows stream): masked last vectors either side",
          intent=algo.threshold_intent(algo.STREAM_BOUNDARY_LENGTHS)),
     Case("stream-threshold-8", "ci", 224,
          partial(algo.make_normal_rows, width=131088, lengths=algo.STREAM_BOUNDARY_LENGTHS_8),
@@ -489,6 +489,11 @@ CASES = (
                  "streamed rows whose vectors of top above / equal to the cutoff are placed half by half: a queue "
                  "at STREAM_QUEUE and one past it, overflow in one CTA, in every CTA and over the row only, K = "
                  "cutoff with the queue truncated at k, ties in both chunks, underflow and its boundary"),
+    _vector_case("streamed-queue-3", "ci", 233, algo.W_STREAM_3, algo.STREAM_3_SPECS,
+                 "3x512x4's streamed rows (its chunks past STREAM_QUEUE vectors), the cutoff steered at 1, 2 and 3 "
+                 "CTAs: CTA 0's queue at STREAM_QUEUE and one past it, the last CTA's alone overflowing, every "
+                 "queue of 3 fitting where 1 overflows, K = cutoff, underflow",
+                 clusters=algo.STREAM_CLUSTERS_3),
     _vector_case("streamed-queue-4", "ci", 337, algo.W_STREAM_4, algo.STREAM_4_SPECS,
                  "4x512x4's streamed rows (its chunks past STREAM_QUEUE vectors), the cutoff steered at 1, 2 and 4 "
                  "CTAs: CTA 0's queue at STREAM_QUEUE and one past it, the last CTA's alone overflowing, every "
@@ -566,6 +571,9 @@ CASES = (
          partial(make_indexer, rows=72, width=1048576, rho=0.9, heads=8, dim=32),
          "72 block rows of the widest width: past 2x512x16's resident clusters (66), so the policy takes "
          "8x512x8 in three waves (SPEC.md 2.1, session 46)", modes=(True,)),
+    Case("stream3-393216", "full", 234, partial(make_indexer, rows=32, width=393216, rho=0.9, heads=32, dim=64),
+         "32 rows past STREAM_WIDTH, past the resident 4x512x4 clusters (H100 and H200: 30), within the resident "
+         "3x512x4 clusters: the policy streams them on 3x512x4 (SPEC.md 2.1); token mode only", modes=(False,)),
     Case("stream8-786432", "full", 226, partial(make_indexer, rows=12, width=786432, rho=0.9, heads=32, dim=64),
          "12 rows past 8x512x16's width and the 16-CTA build's one wave (H100 and H200: 7 resident), within the "
          "resident 8x512x4 clusters (15): the policy streams them on 8x512x4 (SPEC.md 2.1); token mode only",

@@ -183,21 +183,24 @@ def reachable(build):
     No other (path, reason) is possible: the sampled path and the fallbacks exist only in
     token mode for n > D, and a short row never falls back.
     The register build (SPEC.md 2.13: V vectors a thread in registers, token rows only):
-    every slot 0 .. V - 1 short or direct, or no slot at length 0.
+    every slot 0 .. V - 1 short or direct, or no slot at length 0. 3x512x4 (token rows
+    only, SPEC.md 2.1): no block combination.
     """
     label = build_label(build)
     cluster, threads, vectors = normalize_build(build)
     combos = set()
-    for mode in MODE_NAMES.values():
+    modes = normalize_build(build).modes
+    for mode in (MODE_NAMES[m] for m in modes):
         combos |= {(label, mode, NO_SLOT, SHORT, NONE), (label, mode, 0, SHORT, NONE)}
     if normalize_build(build).registers:  # token rows of at most 8,192 logits: short or direct (SPEC.md 2.13)
         return ({combo for combo in combos if combo[1] == "token" and combo[2] == NO_SLOT}
                 | {(label, "token", s, path, NONE) for s in range(vectors) for path in (SHORT, DIRECT)})
     def block_slots(blocks):  # the slots a block row fills: its largest chunk, ceil(blocks / C), over T
         return -(-(-(-blocks // cluster)) // threads)
-    combos |= {(label, "block", s, SHORT, NONE) for s in range(block_slots(max(KS)))}
-    widest = block_slots(-(-MAX_WIDTH // LOGITS_PER_VECTOR))  # a MAX_WIDTH block row's
-    combos |= {(label, "block", s, DIRECT, NONE) for s in range(min(KEY_BLOCKS * vectors, widest))}
+    if True in modes:
+        combos |= {(label, "block", s, SHORT, NONE) for s in range(block_slots(max(KS)))}
+        widest = block_slots(-(-MAX_WIDTH // LOGITS_PER_VECTOR))  # a MAX_WIDTH block row's
+        combos |= {(label, "block", s, DIRECT, NONE) for s in range(min(KEY_BLOCKS * vectors, widest))}
     direct_vectors = direct_max_length(cluster, vectors) // (8 * cluster * threads)  # d
     combos |= {(label, "token", s, DIRECT, NONE) for s in range(min(vectors, direct_vectors))}
     attempts = [(SAMPLED, NONE), (DIRECT, UNDERFLOW), (DIRECT, OVERFLOW)]

@@ -35,12 +35,15 @@ EDGE_REGISTER = 8192  # the register build 1x512x2's token rows (SPEC 2.13)
 REGISTER_BUILD = "1x512x2"  # one CTA of 512 threads, two vectors a thread in registers
 EDGE_STAGE = 16384  # 1x512x4's stage (SPEC 2.12): its D
 EDGE_STAGE_2 = 32768  # 2x512x4's stage: the same for it
+EDGE_STAGE_3 = 49152  # 3x512x4's stage: the same for it
 EDGE_STAGE_4 = 65536  # 4x512x4's stage: the same for it
 EDGE_STAGE_8 = 131072  # 8x512x4's stage: the same for it
 KEYS = 8  # a block row's stage holds 8 keys a vector (SPEC 2.2): its block capacity, 8 x the stage
-# The streamed builds (SPEC 2.1, 2.12): their names, (token, block) capacities and D.
+# The streamed builds (SPEC 2.1, 2.12): their names, (token, block) capacities and D
+# (3x512x4 takes token rows only: block capacity 0).
 STREAMED = {"1x512x4": ((EDGE_MAX, KEYS * EDGE_STAGE), EDGE_STAGE),
             "2x512x4": ((EDGE_MAX, KEYS * EDGE_STAGE_2), EDGE_STAGE_2),
+            "3x512x4": ((EDGE_MAX, 0), EDGE_STAGE_3),
             "4x512x4": ((EDGE_MAX, KEYS * EDGE_STAGE_4), EDGE_STAGE_4),
             "8x512x4": ((EDGE_MAX, KEYS * EDGE_STAGE_8), EDGE_STAGE_8)}
 # The block rule (SPEC 2.1): 16x512x16 past EDGE_BLOCK_16 logits while every row's cluster
@@ -65,20 +68,27 @@ STREAM_ROWS = 32
 STREAM_WIDTH = EDGE_2
 WAVE_RATIO = 2
 EDGE_TWO_WAVE = 106496
+# Past EDGE_STREAM_3 logits a streaming batch takes 3x512x4 while every row's 3-CTA
+# cluster is resident (after the 8- and 4-CTA rules past EDGE_16): kernel/policy.py's
+# STREAM_3_WIDTH.
+EDGE_STREAM_3 = 131072
 # SPEC 2.12's constants of the streamed builds (change them with SPEC 2.12).
 SPEC_2_12 = {"STREAM_QUEUE": 8192, "STREAM_TILE": 4, "STREAM_DEPTH": 3, "STREAM_VECTORS": 4}
 
 
 def _resident_table(small, large16, four=None, two=None, two16=None, stream2=None, register=None, stream4=None,
-                    stream8=None):
+                    stream8=None, stream3=None):
     """resident(build): `small` clusters of each 8-CTA build (and of the 4-CTA and 2-CTA
-    ones unless `four` or `two` is given, and of the 1-CTA ones), `large16` of 16x512x16;
-    `two16`, if given, of 2x512x16 alone, `stream2` of 2x512x4 alone, `stream4` of 4x512x4
-    alone and `stream8` of 8x512x4 alone (so a policy that asks the wrong 2-, 4- or 8-CTA
-    build is seen), `register` of the register build alone."""
+    ones unless `four` or `two` is given, and of the 1- and 3-CTA ones), `large16` of
+    16x512x16; `two16`, if given, of 2x512x16 alone, `stream2` of 2x512x4 alone, `stream3`
+    of 3x512x4 alone, `stream4` of 4x512x4 alone and `stream8` of 8x512x4 alone (so a
+    policy that asks the wrong 2-, 3-, 4- or 8-CTA build is seen), `register` of the
+    register build alone."""
     def resident(build):
         if build.name == REGISTER_BUILD and register:
             return register
+        if build.cluster == 3 and stream3:
+            return stream3
         if build.cluster == 16:
             return large16
         if build.cluster == 8 and build.vectors == 4 and stream8:
@@ -119,13 +129,16 @@ def expected_streams(rows, width, resident, block_mode=False):
 def expected_stream_build(rows, width, resident, k=None):
     """Which streamed build a streaming batch takes: past EDGE_16 logits 8x512x4 while the
     rows are no more than the resident 8x512x4 clusters, else 4x512x4 while no more than
-    the resident 4x512x4 clusters; else 1x512x4 when the rows
+    the resident 4x512x4 clusters; past EDGE_STREAM_3 3x512x4 while no more than the
+    resident 3x512x4 clusters; else 1x512x4 when the rows
     outnumber the resident 2x512x4 clusters and are at most EDGE_8 logits wide, or at k =
     512 at most EDGE_16 wide and no more than the resident 1x512x4 CTAs; else 2x512x4."""
     if width > EDGE_16 and rows <= resident(policy.Build(8, 512, 4)):
         return "8x512x4"
     if width > EDGE_16 and rows <= resident(policy.Build(4, 512, 4)):
         return "4x512x4"
+    if width > EDGE_STREAM_3 and rows <= resident(policy.Build(3, 512, 4)):
+        return "3x512x4"
     if rows <= resident(policy.Build(2, 512, 4)):
         return "2x512x4"
     one_wave = rows <= resident(policy.Build(1, 512, 4))
@@ -182,23 +195,29 @@ def _edge_problems(p):
     edges = (EDGE_REGISTER, EDGE_STAGE, EDGE_STAGE_2, EDGE_1_8, EDGE_1, EDGE_2, EDGE_8, EDGE_16, EDGE_MAX,
              STREAM_WIDTH, EDGE_TWO_WAVE)
     widths = sorted({0, 1, 8, 4096} | {e + d for e in edges for d in (-1, 0, 1)} - {EDGE_MAX + 1})
-    for small, large16, four, two, two16, stream2, register, stream4, stream8 in (
-            (15, 7, 30, 66, None, None, None, None, None), (30, 14, None, None, None, None, None, None, None),
-            (1, 1, None, None, None, None, None, None, None), (15, 7, 30, 20, None, None, None, None, None),
-            (15, 7, 30, 66, 40, None, None, None, None), (15, 7, 30, 66, 40, 50, None, None, None),
-            (15, 7, 30, 66, 60, 20, None, None, None), (70, 40, None, None, None, None, None, None, None),
-            (132, 7, 30, 66, None, None, None, None, None), (132, 7, 30, 66, 40, 90, None, None, None),
-            (15, 7, 30, 66, None, None, 132, None, None), (132, 7, 30, 66, 40, 90, 50, None, None),
-            (15, 7, 30, 66, None, None, None, 20, None), (15, 7, 30, 66, None, 50, None, 40, None),
-            (132, 7, 60, 66, 40, 90, None, 36, None), (15, 7, 30, 66, None, None, None, None, 12),
-            (15, 7, 30, 66, None, 50, None, 40, 5), (132, 7, 60, 66, 40, 90, None, 36, 20),
-            (15, 7, 30, 66, None, None, None, 10, 16), (30, 7, 30, 66, None, None, None, None, None)):
-        resident = _resident_table(small, large16, four, two, two16, stream2, register, stream4, stream8)
+    for small, large16, four, two, two16, stream2, register, stream4, stream8, stream3 in (
+            (15, 7, 30, 66, None, None, None, None, None, None),
+            (30, 14, None, None, None, None, None, None, None, None),
+            (1, 1, None, None, None, None, None, None, None, None), (15, 7, 30, 20, None, None, None, None, None, None),
+            (15, 7, 30, 66, 40, None, None, None, None, None), (15, 7, 30, 66, 40, 50, None, None, None, None),
+            (15, 7, 30, 66, 60, 20, None, None, None, None), (70, 40, None, None, None, None, None, None, None, None),
+            (132, 7, 30, 66, None, None, None, None, None, None), (132, 7, 30, 66, 40, 90, None, None, None, None),
+            (15, 7, 30, 66, None, None, 132, None, None, None), (132, 7, 30, 66, 40, 90, 50, None, None, None),
+            (15, 7, 30, 66, None, None, None, 20, None, None), (15, 7, 30, 66, None, 50, None, 40, None, None),
+            (132, 7, 60, 66, 40, 90, None, 36, None, None), (15, 7, 30, 66, None, None, None, None, 12, None),
+            (15, 7, 30, 66, None, 50, None, 40, 5, None), (132, 7, 60, 66, 40, 90, None, 36, 20, None),
+            (15, 7, 30, 66, None, None, None, 10, 16, None), (30, 7, 30, 66, None, None, None, None, None, None),
+            (15, 7, 30, 66, None, None, None, None, None, 40), (15, 7, 30, 66, None, None, None, None, None, 31),
+            (132, 7, 30, 66, 40, 90, None, 36, 20, 44), (15, 7, 30, 66, None, 50, None, None, None, 60),
+            (70, 40, None, None, None, None, None, None, None, 20)):
+        resident = _resident_table(small, large16, four, two, two16, stream2, register, stream4, stream8, stream3)
         four, two, two16, stream2 = four or small, two or small, two16 or two or small, stream2 or two or small
         register = register or small
         stream4 = stream4 or four
         stream8 = stream8 or small
-        row_counts = sorted(({1, small - 1, small, small + 1, four - 1, four, four + 1, two - 1, two, two + 1,
+        stream3 = stream3 or small
+        row_counts = sorted(({1, small - 1, small, small + 1, stream3 - 1, stream3, stream3 + 1,
+                             four - 1, four, four + 1, two - 1, two, two + 1,
                              register - 1, register, register + 1, stream4 - 1, stream4, stream4 + 1,
                              stream8 - 1, stream8, stream8 + 1,
                              stream2 - 1, stream2, stream2 + 1, large16 - 1, large16, large16 + 1, 2 * large16,
@@ -258,7 +277,7 @@ def _edge_problems(p):
             problems.append(f"threads_for({cluster}) = {p.threads_for(cluster)}, SPEC 2.1 says {want}")
     if p.threads_for(1, 2) != 512:
         problems.append(f"threads_for(1, 2) = {p.threads_for(1, 2)}, SPEC 2.13 says 512 (the register build)")
-    for cluster in (4, 8):
+    for cluster in (3, 4, 8):
         if p.threads_for(cluster, 4) != 512:
             problems.append(f"threads_for({cluster}, 4) = {p.threads_for(cluster, 4)}, SPEC 2.12 says 512 (the "
                             f"streamed {cluster}x512x4)")
@@ -284,12 +303,14 @@ def _edge_problems(p):
             problems.append(f"vectors_for({width}, {cluster}) = {p.vectors_for(width, cluster)}, SPEC 2.1 says {want}")
     # precompile_builds: every build the rules above pick up to a width, for any resident
     # counts (1x512x4 and 2x512x4 from the first width past EDGE_1: 2x512x4 where it keeps
-    # more clusters resident than 2x512x16; 4x512x4 and 8x512x4 past EDGE_16; block rows:
-    # 4x512x4 at every width, 8x512x8 and 2x512x8 at the register build's)
+    # more clusters resident than 2x512x16; 3x512x4 past EDGE_STREAM_3; 4x512x4 and 8x512x4
+    # past EDGE_16; block rows: 4x512x4 at every width, 8x512x8 and 2x512x8 at the register
+    # build's)
     staged = {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "2x512x16", "1x512x4", "2x512x4", "4x512x4",
               REGISTER_BUILD}
     wide = staged | {"8x512x16", "16x512x16"}
-    for width, want in ((EDGE_MAX, wide | {"8x512x4"}), (EDGE_16, wide), (EDGE_8, staged),
+    for width, want in ((EDGE_MAX, wide | {"3x512x4", "8x512x4"}), (EDGE_16, wide | {"3x512x4"}),
+                        (EDGE_8, staged | {"3x512x4"}),
                         (EDGE_1 + 1, staged),
                         (EDGE_1, {"8x512x8", "4x1024x8", "1x512x8", "1x512x16", "2x512x8", "4x512x4", REGISTER_BUILD}),
                         (EDGE_REGISTER, {"8x512x8", "2x512x8", "4x512x4", REGISTER_BUILD})):
@@ -300,9 +321,10 @@ def _edge_problems(p):
 
 
 def maxima_problems(p=policy):
-    """Where the direct path's row_max, on a build of `p.BUILDS`, would not read each of
+    """Where the direct path's row_max, on a build of `p.BUILDS`, reads other than SPEC
+    2.5's words a lane, or would not read each of
     the C x T/32 words of "maxima" exactly once (p.maxima_reads' plan, walked as the
-    kernel walks it: lanes below min(words, 32), per // width loads of `width` words from
+    kernel walks it: lanes below words // per, per // width loads of `width` words from
     word lane per + h width), or would read a 16-byte load misaligned or across a CTA."""
     problems = []
     for build in p.BUILDS:
@@ -311,8 +333,14 @@ def maxima_problems(p=policy):
         warps = build.threads // 32
         words = build.cluster * warps
         per, width = p.maxima_reads(build.cluster, build.threads)
+        # SPEC 2.5: the least divisor of the warps that reaches every word with 32 lanes
+        want = min(d for d in range(1, warps + 1) if warps % d == 0 and 32 * d >= words)
+        if per != want:
+            problems.append(f"{build}: row_max reads {per} words a lane, SPEC 2.5 says {want}")
         read = []
-        for lane in range(min(words, 32)):
+        if words // per > 32:
+            problems.append(f"{build}: row_max's plan needs {words // per} lanes of one warp")
+        for lane in range(words // per):
             for h in range(per // width):
                 first = lane * per + h * width
                 if first % width or first % warps + width > warps:
@@ -398,12 +426,15 @@ def _streams_for(modes=lambda block_mode: not block_mode, low=lambda w, c: w > c
 def _stream_build_for(narrow=lambda w, c: w <= c, many=lambda r, n: r > n, asked=None,
                       k512=lambda k: k == 512, wide=lambda w, c: w <= c, one_wave=lambda r, n: r <= n,
                       wide_4=lambda w, c: w > c, fits_4=lambda r, n: r <= n, asked_4=None,
-                      wide_8=lambda w, c: w > c, fits_8=lambda r, n: r <= n, asked_8=None):
+                      wide_8=lambda w, c: w > c, fits_8=lambda r, n: r <= n, asked_8=None,
+                      wide_3=lambda w, c: w > c, fits_3=lambda r, n: r <= n, asked_3=None):
     def stream_build_for(rows, width, resident, k=None):
         if wide_8(width, policy.STREAM_WIDE_WIDTH) and fits_8(rows, resident(asked_8 or policy.STREAM_8)):
             return policy.STREAM_8
         if wide_4(width, policy.STREAM_WIDE_WIDTH) and fits_4(rows, resident(asked_4 or policy.STREAM_4)):
             return policy.STREAM_4
+        if wide_3(width, policy.STREAM_3_WIDTH) and fits_3(rows, resident(asked_3 or policy.STREAM_3)):
+            return policy.STREAM_3
         if many(rows, resident(asked or policy.STREAM_2)) and (narrow(width, policy.STREAM_1_WIDTH) or (
                 k512(k) and wide(width, policy.STREAM_1_WIDTH_K512) and one_wave(rows, resident(policy.STREAM)))):
             return policy.STREAM
@@ -417,15 +448,16 @@ def _fits_8(fits):
     return {**_stream_build_for(fits_8=fits), **_streams_for(fits_8=fits)}
 
 
-def _four_before_eight():
-    """stream_build_for asking 4x512x4's residency before 8x512x4's."""
+def _asked_first(build, edge):
+    """stream_build_for asking `build`'s residency (past the policy constant named `edge`)
+    before every other streamed rule (4x512x4 before 8x512x4; 3x512x4 before both)."""
     own = policy.stream_build_for
 
     def stream_build_for(rows, width, resident, k=None):
-        if width > policy.STREAM_WIDE_WIDTH and rows <= resident(policy.STREAM_4):
-            return policy.STREAM_4
+        if width > getattr(policy, edge) and rows <= resident(build):
+            return build
         return own(rows, width, resident, k)
-    return stream_build_for
+    return {"stream_build_for": stream_build_for}
 
 
 def _capacity_in(stream_token=policy.MAX_WIDTH, stream_block=None, keys=policy.KEY_BLOCKS):
@@ -479,9 +511,11 @@ def _direct_vectors(table, cluster_default):
     return {"DIRECT_VECTORS": table, "DIRECT_VECTORS_CLUSTER": cluster_default}
 
 
-def _maxima_reads(per=lambda words: max(1, words // 32), width=lambda per: 4 if per % 4 == 0 else 1):
+def _maxima_reads(per=None, width=lambda per: 4 if per % 4 == 0 else 1, own=policy.maxima_reads):
+    """maxima_reads with its words a lane `per(words)` (None: the policy's own) or its load
+    width `width(per)` replaced."""
     def maxima_reads(cluster, threads):
-        per_ = per(cluster * threads // 32)
+        per_ = own(cluster, threads)[0] if per is None else per(cluster * threads // 32)
         return per_, width(per_)
     return {"maxima_reads": maxima_reads}
 
@@ -491,6 +525,29 @@ def _check_width(low=0, high=policy.MAX_WIDTH):
         if not low <= width <= high:
             raise ValueError(f"row width {width} is outside [{low}, {high}]")
     return {"check_width": check_width}
+
+
+def _stream_rule_mutants(cluster, edge, since):
+    """The five residency mutants of the streamed build of `cluster` CTAs' rule in
+    stream_build_for (past the policy constant named `edge`, while every row's cluster is
+    resident): never taken, taken at the edge, at every width, one row past its resident
+    clusters, and one row short of them."""
+    build, value = f"{cluster}x512x4", getattr(policy, edge)
+
+    def rule(test, arg):
+        return lambda: _stream_build_for(**{f"{test}_{cluster}": arg})
+    return {
+        f"stream_{cluster}_never": (f"streaming batches never take {build} (the rule before session {since})",
+                                    rule("fits", lambda r, n: False)),
+        f"stream_{cluster}_at_width": (f"{build} from {edge} logits (width >= {value:,}, not >)",
+                                       rule("wide", lambda w, c: w >= c)),
+        f"stream_{cluster}_any_width": (f"{build} at every streaming width while its clusters are resident",
+                                        rule("wide", lambda w, c: True)),
+        f"stream_{cluster}_past_resident": (f"{build} for rows = its resident clusters + 1 (two waves)",
+                                            rule("fits", lambda r, n: r <= n + 1)),
+        f"stream_{cluster}_strict": (f"{build} only while rows < its resident clusters (not <=)",
+                                     rule("fits", lambda r, n: r < n)),
+    }
 
 
 POLICY_MUTANTS = {
@@ -630,20 +687,21 @@ POLICY_MUTANTS = {
                                                                 self.vectors == policy.STREAM_VECTORS)}),
     "streams_any_vectors": ("every build of one or two CTAs streams, whatever its vectors",
                             lambda: {"Build.streams": property(lambda self: self.cluster in (1, 2))}),
-    "stream_4_never": ("streaming batches never take 4x512x4 (the rule before session 43)",
-                       lambda: _stream_build_for(fits_4=lambda r, n: False)),
-    "stream_4_at_width": ("4x512x4 from STREAM_WIDE_WIDTH logits (width >= 524,288, not >)",
-                          lambda: _stream_build_for(wide_4=lambda w, c: w >= c)),
-    "stream_4_any_width": ("4x512x4 at every streaming width while its clusters are resident",
-                           lambda: _stream_build_for(wide_4=lambda w, c: True)),
-    "stream_4_past_resident": ("4x512x4 for rows = its resident clusters + 1 (two waves)",
-                               lambda: _stream_build_for(fits_4=lambda r, n: r <= n + 1)),
-    "stream_4_strict": ("4x512x4 only while rows < its resident clusters (not <=)",
-                        lambda: _stream_build_for(fits_4=lambda r, n: r < n)),
+    **_stream_rule_mutants(4, "STREAM_WIDE_WIDTH", 43),
+    **_stream_rule_mutants(3, "STREAM_3_WIDTH", 47),
     "stream_4_resident_1024": ("the 4x512x4 rule asks 4x1024x8's residency, not its own",
                                lambda: _stream_build_for(asked_4=policy.Build.of(4, 8))),
     "stream_4_threads_1024": ("the 4-CTA streamed build has 1024 threads, as 4x1024x8 (threads_for by cluster)",
                               lambda: {"threads_for": lambda cluster, vectors=None: 1024 if cluster == 4 else 512}),
+    "stream_3_resident_2": ("the 3x512x4 rule asks 2x512x4's residency, not its own",
+                            lambda: _stream_build_for(asked_3=policy.STREAM_2)),
+    "stream_3_before_four": ("3x512x4's rule asked before 4x512x4's and 8x512x4's",
+                             lambda: _asked_first(policy.STREAM_3, "STREAM_3_WIDTH")),
+    "stream_3_block_rows": ("3x512x4 holds block rows (a block variant of it, never chosen nor built)",
+                            lambda: {"Build.token_only": property(lambda self: self.registers)}),
+    "stream_3_staged": ("3x512x4 is a staged build (its token rows past 49,152 logits refused)",
+                        lambda: {"Build.streams": property(lambda self: self.cluster in (1, 2, 4, 8) and
+                                                           self.vectors == policy.STREAM_VECTORS)}),
     "stream_8_never": ("streaming batches never take 8x512x4, nor do rows within its one wave stream (the rule "
                        "before session 44)", lambda: _fits_8(lambda r, n: False)),
     "stream_8_build_never": ("streaming batches never take 8x512x4 (rows within its one wave stream on 4x512x4)",
@@ -663,7 +721,7 @@ POLICY_MUTANTS = {
     "stream_8_before_rows": ("rows within the 16-CTA build's one wave stream on 8x512x4 (no lower bound)",
                              lambda: _streams_for(past_wave=lambda r, n: True)),
     "stream_8_after_4": ("4x512x4 before 8x512x4 where both clusters are resident",
-                         lambda: {"stream_build_for": _four_before_eight()}),
+                         lambda: _asked_first(policy.STREAM_4, "STREAM_WIDE_WIDTH")),
     "stream_8_threads_1024": ("the 8-CTA streamed build has 1024 threads (threads_for(8, 4) = 1024)",
                               lambda: {"threads_for": lambda cluster, vectors=None: 1024 if (
                                   cluster == 4 and vectors != policy.STREAM_VECTORS) or (
@@ -751,6 +809,8 @@ POLICY_MUTANTS = {
                            lambda: _maxima_reads(per=lambda words: 1)),
     "maxima_16_words_a_lane": ("row_max reads words / 16 a lane (past the last word)",
                                lambda: _maxima_reads(per=lambda words: max(1, words // 16))),
+    "maxima_per_power_of_two": ("row_max reads words / 32 a lane (the plan before 3x512x4: 48 lanes at 48 words)",
+                                lambda: _maxima_reads(per=lambda words: max(1, words // 32))),
 }
 
 

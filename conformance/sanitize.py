@@ -51,6 +51,8 @@ CASES = (
     ("stage-16384", "1x512x4's staged rows (both modes): short and direct in its four slots"),
     ("streamed-queue", "the streamed path: queues at their capacity, overflow and underflow -> direct "
                        "from global memory"),
+    ("streamed-queue-3", "3x512x4's streamed path (chunks past its queue): a queue at its capacity, one CTA's "
+                         "overflow, underflow -> direct from global memory"),
     ("streamed-queue-4", "4x512x4's streamed path (chunks past its queue): a queue at its capacity, one CTA's "
                          "overflow, underflow -> direct from global memory"),
     ("streamed-queue-8", "8x512x4's streamed path (chunks past its queue): a queue at its capacity, one CTA's "

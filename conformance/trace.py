@@ -69,12 +69,15 @@ def _chunks(nv, cluster):
 
 
 def sample_positions(length, cluster):
-    """The 2048 sampled logit positions of a token row, in sample-array order."""
+    """The 2048 sampled logit positions of a token row on C CTAs, in sample-array order:
+    2048 / C from each CTA's chunk, or where C does not divide 2048 (3x512x4) 2048 from one
+    chunk, the row (SPEC.md 2.4)."""
     nv = -(-length // 8)
-    per = SAMPLES // cluster
+    chunks_ = cluster if SAMPLES % cluster == 0 else 1
+    per = SAMPLES // chunks_
     j = np.arange(per, dtype=np.int64)
     pos = []
-    for start, end in _chunks(nv, cluster):
+    for start, end in _chunks(nv, chunks_):
         m = min(8 * end, length) - 8 * start
         middle = ((2 * j + 1) * m) // (2 * per)
         pos.append(8 * start + np.maximum(middle - ((middle - 2 * j) & (policy.SAMPLE_BANK_LOGITS - 1)), 0))

@@ -17,19 +17,18 @@ written as -1. Values are compared through an order-preserving 16-bit key of the
 bits, so ties are exact, and the answer is a pure function of the row: not of the batch,
 the build or the run.
 
-How. One thread block cluster of C CTAs per row (C = 1: one CTA, no cluster), chosen from
-the rows and the width (SPEC.md 2.1) so that the batch runs in one wave where the GPU can
-hold it: 2 CTAs of 512 threads for rows up to 8,192 logits, 8 of 512 while every row's
-8-CTA cluster can be resident at once; else, up to 65,536 logits, 2 while every row's
-2-CTA cluster can, else 1 when the rows outnumber the resident 4-CTA clusters; else 2 up
-to 131,072 logits (in waves past their resident count), else 4 of 1024. Each CTA copies
-one contiguous chunk of the row into shared memory, as 16-byte vectors of 8 logits (block
-mode: one 2-byte key a block, 8 to a 16-byte key vector, so a stage holds 8 times the
-blocks); the chunks split the row's valid length, not its width. A thread stages 8 or 16
-vectors and keeps their tops (largest keys) in registers, so a CTA holds 32,768 or 65,536
-logits. Wider rows take 8 CTAs of 16 vectors a thread (524,288) or 16 CTAs (a non-portable
-cluster size, 1,048,576); rows of these builds run in waves when they outnumber the
-resident clusters.
+How. One thread block cluster of C CTAs per row (C = 1: one CTA, no cluster), the build
+(C CTAs of T threads staging V 16-byte vectors a thread, spelled CxTxV) chosen from the
+rows, the width and the mode by the launch policy (policy.build_for, SPEC.md 2.1) so that
+the batch runs in one wave wherever the GPU can hold it. A staged build (1, 2, 4 of 1024
+threads, 8 or 16 CTAs) has each CTA copy one contiguous chunk of the row into shared
+memory, as 16-byte vectors of 8 logits (block mode: one 2-byte key a block, 8 to a 16-byte
+key vector, so a stage holds 8 times the blocks); the chunks split the row's valid length,
+not its width. A thread stages 8 or 16 vectors and keeps their tops (largest keys) in
+registers. Many long token rows instead stream (SPEC.md 2.12) on the streamed builds of
+1, 2, 3, 4 or 8 CTAs of 512 threads: each CTA reads its chunk from global memory once and
+keeps in shared memory only the vectors that can hold a selected key. Rows run in waves
+where they outnumber the build's resident clusters.
 
 Every CTA selects over its own chunk, with no CTA funnelling the row (SPEC.md 2.5): it
 queues the vectors that can hold a key >= lo, histograms their keys' high bytes, and adds
@@ -41,7 +40,7 @@ the prefix over the CTAs before it and a scan over its own queue in index order.
 decides which equal key is kept or where an index goes. Two values of lo:
 
 Sampled (token rows longer than D = direct_max_length(C): 32,768 logits at 1 and 2 CTAs,
-65,536 at 4 and 8, 131,072 at 16)::
+65,536 at 4 and 8, 131,072 at 16; the streamed builds' stage)::
 
     the row's 2048 samples, each CTA's from its own stage (at 16 CTAs: read from
     global memory while its chunk is copied into its stage asynchronously, the cutoff
@@ -125,6 +124,7 @@ from .policy import (
     SAMPLED_WRITE_QUEUE_CLUSTER,
     SAMPLE_BANK_LOGITS,
     SAMPLES,
+    sample_chunks,
     STAGE_PREFETCH,
     STREAM_DEPTH,
     STREAM_PREFETCH,
@@ -629,7 +629,8 @@ def warp_select(hist, q, lane, bins=BINS):
 class DecodeTopK:
     """The decode top-k (module docstring) of rows of BF16 logits.
 
-    k: 512, 1024 or 2048; cluster: 1, 2, 4, 8 or 16 CTAs a row (4: 1024 threads, else 512);
+    k: 512, 1024 or 2048; cluster: 1, 2, 3, 4, 8 or 16 CTAs a row (4: 1024 threads, else 512;
+    3: the streamed 3x512x4, token rows only);
     vector_count: 16-byte vectors a thread stages (4, 8, or 16 at 512 threads), so a token
     row holds at most cluster * threads * vector_count vectors; block_mode: elements are
     8-logit block maxima, staged as 2-byte keys, KEY_BLOCKS to a vector (so a block row
@@ -649,6 +650,8 @@ class DecodeTopK:
         if build not in BUILDS or build.registers:
             raise ValueError(f"no staged build of cluster={cluster}, vector_count={vector_count}; builds: "
                              f"{', '.join(b.name for b in BUILDS)} (the register build: DecodeTopKRegister)")
+        if bool(block_mode) not in build.modes:
+            raise ValueError(f"build {build.name} takes token rows only, not block_mode={block_mode}")
         self.k = k
         self.cluster = cluster
         self.threads = threads_for(cluster, vector_count)
@@ -658,13 +661,18 @@ class DecodeTopK:
         self.profile = bool(profile)
         self.profile_rank = 0  # the CTA whose stamps the profile build records (stamp)
         self.trace_width = len(TRACE_FIELDS) + (len(PROFILE_STAMPS) if profile else 0)
-        self.samples_per_cta = SAMPLES // cluster
+        # The samples' chunks (2.4): the CTAs' (S_c = 2048 / C a CTA), or at three CTAs the
+        # whole row (1x512x4's 2048).
+        self.sample_chunks = sample_chunks(cluster)
+        self.samples_per_cta = SAMPLES // self.sample_chunks
         # Longer token rows stream (2.12); block rows never do, so their variants carry
         # no streaming code and no index region beside the queue.
         self.streams = build.streams and not self.block_mode
         # A sampled row's samples (2.4): a staged build reads them from its stages, a
         # streamed build (whose sampled rows stage nothing) from global memory.
         self.samples_staged = not self.streams and not self.block_mode
+        if self.samples_staged and self.sample_chunks != cluster:  # each CTA's from its own stage
+            raise ValueError(f"a staged sampled row takes its samples from each CTA's chunk, not at {cluster} CTAs")
         # On clusters of SAMPLED_ASYNC_CLUSTER CTAs a staged sampled row of at least
         # SAMPLED_ASYNC_MIN_LENGTH logits in a launch of at most SAMPLED_ASYNC_ROWS rows
         # instead reads its own S_c samples from global memory while its chunk is copied
@@ -967,7 +975,7 @@ class DecodeTopK:
         warps = self.threads // 32
         per, width = maxima_reads(self.cluster, self.threads)
         mine = Int32(-1)
-        if lane < min(self.cluster * warps, 32):
+        if lane < (self.cluster * warps) // per:
             for h in cutlass.range_constexpr(per // width):
                 first = lane * per + h * width  # the load's first word: CTA first // warps
                 address = sm["maxima"] + (first % warps) * 4
@@ -1122,10 +1130,11 @@ class DecodeTopK:
     # -- sampling ----------------------------------------------------------------------
     def sample_offset(self, c, j, nv, length):
         """Sample j of CTA c's chunk (2.4): (start_c, p), the logit at offset p of the chunk,
-        whose m_c valid logits start at logit 8 start_c (S = 2048 / C): the middle o = ((2j
-        + 1) m_c) // (2 S) of part j, moved down to the nearest offset = 2j mod 64 (not
-        below 0), so that the stage's 32 samples a warp (own_samples) lie in 32 banks."""
-        per, C = self.samples_per_cta, self.cluster
+        whose m_c valid logits start at logit 8 start_c (S = 2048 / C, C the samples'
+        chunks: sample_chunks): the middle o = ((2j + 1) m_c) // (2 S) of part j, moved down
+        to the nearest offset = 2j mod 64 (not below 0), so that the stage's 32 samples a
+        warp (own_samples) lie in 32 banks."""
+        per, C = self.samples_per_cta, self.sample_chunks
         first = (c * nv) // C
         m = cutlass.min((((c + 1) * nv) // C) * 8, length) - first * 8
         # In 64 bits: (2j + 1) m reaches 4095 x 1,048,576 at one CTA a row (1x512x4).
@@ -1137,8 +1146,8 @@ class DecodeTopK:
     def load_samples(self, tid, row_logits, nv, length, sampled):
         """Issue this thread's loads of the row's samples from global memory (if sampled),
         the same 2048 in every CTA (the streamed builds, whose sampled rows stage nothing):
-        sample x = c S + j, thread tid taking x = r T + tid. Returns [(r, key)] for
-        store_samples."""
+        sample x = c S_c + j, thread tid taking x = r T + tid (c of the samples' chunks:
+        at three CTAs one, the row). Returns [(r, key)] for store_samples."""
         per = self.samples_per_cta
         loaded = []
         for r in range(SAMPLES // self.threads):

@@ -27,6 +27,18 @@ LOGITS_PER_VECTOR = 8  # one 16-byte vector of BF16 logits, or one block
 # two CTAs an SM past them).
 REGISTER_VECTORS = 2
 SAMPLES = 2048  # sampled path: samples a row
+
+
+def sample_chunks(cluster):
+    """The chunks a row's 2048 samples are spread over (SPEC.md 2.4): the C CTAs' where C
+    divides 2048 (every build but 3x512x4), else one, the whole row (3x512x4, whose samples
+    are 1x512x4's: every CTA of a streamed build reads all 2048 from global memory, so they
+    need not follow its chunks, and where the row's vectors split evenly into 16 chunks,
+    as at every width of the grid, they are the power-of-two builds' own, so every build
+    takes the same cutoff)."""
+    return cluster if SAMPLES % cluster == 0 else 1
+
+
 # Sample j of a chunk lies at the middle o of its part moved down to the nearest logit p
 # with p = 2j mod SAMPLE_BANK_LOGITS (SPEC.md 2.4): 64 two-byte logits span the 32 four-byte
 # banks of shared memory once, so the 32 samples a warp reads from its stage lie in 32
@@ -96,13 +108,16 @@ def maxima_reads(cluster, threads):
     largest key, every CTA's; SPEC.md 2.5) into one warp: (per, width). Lane l reads words
     l per .. l per + per - 1 of the row's C x W (W = T/32 warps a CTA, CTA-major: word w is
     CTA w // W's word w % W), in loads of `width` consecutive words (4: one 16-byte DSMEM
-    load, 1: one word); up to 32 words, a word a lane and lanes past them none. Why not
+    load, 1: one word); lanes from words / per read none (up to 32 words, a word a lane). Why not
     always 16-byte loads: at 64 words (4x512x4) a lane's two are half a load (session 43's
     gate found that plan's empty loop). ValueError where no lane's words fit in one CTA."""
     warps = threads // 32
     words = cluster * warps
-    per = max(1, words // 32)
-    if words > 32 and (words % 32 or warps % per):
+    # The fewest words a lane that reach every word with 32 lanes and keep a lane's words in
+    # one CTA (per divides the warps): words / 32 where both are powers of two, 2 at 48
+    # words (3x512x4: 24 lanes of two).
+    per = next((p for p in range(1, warps + 1) if warps % p == 0 and 32 * p >= words), None)
+    if per is None or words % per:
         raise ValueError(f"row_max has no plan for {cluster} CTAs of {threads} threads ({words} words)")
     return per, (4 if per % 4 == 0 else 1)
 
@@ -137,15 +152,23 @@ class Build(typing.NamedTuple):
     @property
     def streams(self):
         """Whether token rows longer than the stage stream from global memory (SPEC.md
-        2.12): the builds of one, two, four and eight CTAs of STREAM_VECTORS vectors a
-        thread."""
-        return self.cluster in (1, 2, 4, 8) and self.vectors == STREAM_VECTORS
+        2.12): the builds of one, two, three, four and eight CTAs of STREAM_VECTORS vectors
+        a thread."""
+        return self.cluster in (1, 2, 3, 4, 8) and self.vectors == STREAM_VECTORS
 
     @property
     def registers(self):
         """Whether this is the register build (SPEC.md 2.13): one CTA of 512 threads,
         REGISTER_VECTORS vectors a thread kept in registers, token rows only."""
         return self.vectors == REGISTER_VECTORS
+
+    @property
+    def token_only(self):
+        """Whether the build takes token rows only: the register build (SPEC.md 2.13), and
+        3x512x4, a streamed build for token batches that no block batch's rule takes (its
+        stage holds a block row of 393,216 logits, where the block rule has faster builds:
+        SPEC.md 2.1), so no block variant of it is built."""
+        return self.registers or self.cluster == 3
 
     @property
     def capacity(self):
@@ -155,16 +178,16 @@ class Build(typing.NamedTuple):
 
     def capacity_in(self, block_mode):
         """Logits a row of this build may hold in this mode: a block row's stage holds
-        KEY_BLOCKS keys a vector (its blocks never stream), and the register build takes
+        KEY_BLOCKS keys a vector (its blocks never stream), and a token-only build takes
         none (0)."""
         if block_mode:
-            return 0 if self.registers else KEY_BLOCKS * self.stage
+            return 0 if self.token_only else KEY_BLOCKS * self.stage
         return self.capacity
 
     @property
     def modes(self):
         """The modes (block_mode values) this build is compiled for."""
-        return (False,) if self.registers else (False, True)
+        return (False,) if self.token_only else (False, True)
 
     def __str__(self):
         return self.name
@@ -201,11 +224,11 @@ class Build(typing.NamedTuple):
         return cls(*parts)
 
 
-# The streamed builds (SPEC.md 2.12): one, two, four or eight CTAs of 512 threads staging 4
-# vectors a thread (16,384, 32,768, 65,536 or 131,072 logits); each CTA streams its chunk of
-# a longer token row from global memory into a queue of at most STREAM_QUEUE vectors, in
-# tiles of STREAM_TILE vectors a thread, each thread's loads STREAM_DEPTH - 1 tiles ahead of
-# the tile it tests.
+# The streamed builds (SPEC.md 2.12): one, two, three, four or eight CTAs of 512 threads
+# staging 4 vectors a thread (16,384, 32,768, 49,152, 65,536 or 131,072 logits); each CTA
+# streams its chunk of a longer token row from global memory into a queue of at most
+# STREAM_QUEUE vectors, in tiles of STREAM_TILE vectors a thread, each thread's loads
+# STREAM_DEPTH - 1 tiles ahead of the tile it tests.
 STREAM_VECTORS = 4
 STREAM_QUEUE = 8192
 STREAM_TILE = 4
@@ -220,9 +243,11 @@ STREAM_PREFETCH = True
 # The builds of SPEC.md 2.1.
 BUILDS = tuple(Build.of(cluster, vectors) for cluster, vectors in
                ((8, 8), (4, 8), (8, 16), (16, 16), (1, 8), (1, 16), (2, 8), (2, 16), (1, STREAM_VECTORS),
-                (2, STREAM_VECTORS), (4, STREAM_VECTORS), (8, STREAM_VECTORS), (1, REGISTER_VECTORS)))
+                (2, STREAM_VECTORS), (4, STREAM_VECTORS), (8, STREAM_VECTORS), (1, REGISTER_VECTORS),
+                (3, STREAM_VECTORS)))
 STREAM = Build.of(1, STREAM_VECTORS)
 STREAM_2 = Build.of(2, STREAM_VECTORS)
+STREAM_3 = Build.of(3, STREAM_VECTORS)
 STREAM_4 = Build.of(4, STREAM_VECTORS)
 STREAM_8 = Build.of(8, STREAM_VECTORS)
 # The builds whose staging first prefetches the CTA's chunk into L2 (SPEC.md 2.2): 8x512x16,
@@ -429,6 +454,15 @@ STREAM_WAVE_RATIO = 2
 # 0.90-0.92, rho 0.999 included), at 106,496 0.94-1.05, at 98,304 0.99-1.11 (the stream's).
 # More waves of 2x512x16 keep the ratio rule (256 x 131072: 0.98-1.00).
 STREAM_TWO_WAVE_WIDTH = 106496
+# Past STREAM_3_WIDTH logits a streaming batch whose rows' 3-CTA clusters are all resident
+# at once (and, past STREAM_WIDE_WIDTH, not their 4- or 8-CTA ones) takes 3x512x4: one
+# wave that reads each row over three SMs, where 2x512x4 reads it over two and leaves a
+# third of the SMs idle (32 rows: 64 of 132 SMs). The GPCs hold 39 clusters of three
+# against 30 of four (H100 and H200). Measured on the H100 (bundle df217f48b77f, every
+# build forced, rho 0.9 and Gaussian, k 512 and 2048, session 49): fastest at all 24
+# points of 32 and 39 rows x 163,840-1,048,576 logits, 0.88-0.94 of 2x512x4's time at
+# 163,840-262,144, 0.89-0.90 at 32 x 1M, 0.95-0.975 at 39 x 1M.
+STREAM_3_WIDTH = STREAM_WIDTH
 
 
 def waves(rows, resident):
@@ -463,7 +497,8 @@ def streams_for(rows, width, resident, block_mode=False):
 def stream_build_for(rows, width, resident, k=None):
     """The streamed build of a streaming batch (SPEC.md 2.1): past STREAM_WIDE_WIDTH logits
     8x512x4 while every row's 8-CTA cluster is resident at once, else 4x512x4 while every
-    row's 4-CTA cluster is; else 1x512x4 when its rows
+    row's 4-CTA cluster is; past STREAM_3_WIDTH logits 3x512x4 while every row's 3-CTA
+    cluster is; else 1x512x4 when its rows
     outnumber the resident 2x512x4 clusters and are at most STREAM_1_WIDTH logits wide, or
     at k = 512 at most STREAM_1_WIDTH_K512 wide while they fit one wave of 1x512x4; else
     2x512x4. (k None: the rule of every k.)"""
@@ -472,6 +507,8 @@ def stream_build_for(rows, width, resident, k=None):
             return STREAM_8
         if rows <= resident(STREAM_4):
             return STREAM_4
+    if width > STREAM_3_WIDTH and rows <= resident(STREAM_3):
+        return STREAM_3
     if rows > resident(STREAM_2) and (width <= STREAM_1_WIDTH or (
             k == 512 and width <= STREAM_1_WIDTH_K512 and rows <= resident(STREAM))):
         return STREAM

@@ -1187,11 +1187,13 @@ def _row(bits, length, k, block, C, T, V, DM, QM, U, slot, mutant, out, tr,
     elif mutant == STREAM_AT_STAGE and U > 0:
         sampled = (not block) and length >= DM
     if sampled:
-        # Samples (2.4): the S_c samples of CTA c's chunk at index c S_c + j (every CTA
-        # reads all 2048 from the row in global memory).
-        S = SAMPLES // C
-        for c in range(C):
-            start, end = _chunk(c, nv, C, mutant)
+        # Samples (2.4): the S_c = 2048 / C' samples of chunk c of C' at index c S_c + j,
+        # C' the CTAs' chunks where C divides 2048, else one, the row (3x512x4: every CTA
+        # reads all 2048 from the row in global memory; policy.sample_chunks).
+        CS = C if SAMPLES % C == 0 else 1
+        S = SAMPLES // CS
+        for c in range(CS):
+            start, end = _chunk(c, nv, CS, mutant)
             m = min(8 * end, length) - 8 * start
             if mutant == SAMPLE_SPAN:
                 m = 8 * (end - start)

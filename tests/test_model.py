@@ -144,12 +144,14 @@ def test_policy_chooses_the_build():
     assert resolve_build(5, 600000, resident=lambda b: 2) == policy.STREAM_2
     assert resolve_build(5, 600000, resident=lambda b: 2, block_mode=True) == (8, 512, 8)
     assert resolve_build(5, 600000, resident=lambda b: 5 if b.cluster == 2 else 2, block_mode=True) == (2, 512, 16)
-    # STREAM_ROWS rows wider than STREAM_WIDTH stream in token mode only: on 2x512x4 while
-    # its clusters are resident, else on 1x512x4; up to STREAM_WIDTH, rows stream where
-    # 2x512x16 would take at least STREAM_WAVE_RATIO times the streamed build's waves (but
-    # two of them past STREAM_TWO_WAVE_WIDTH logits)
+    # STREAM_ROWS rows wider than STREAM_WIDTH stream in token mode only: on 3x512x4 while
+    # its clusters are resident, else on 2x512x4 while its are, else on 1x512x4; up to
+    # STREAM_WIDTH, rows stream where 2x512x16 would take at least STREAM_WAVE_RATIO times
+    # the streamed build's waves (but two of them past STREAM_TWO_WAVE_WIDTH logits)
     wide = policy.STREAM_WIDTH + 8
-    assert resolve_build(policy.STREAM_ROWS, wide) == policy.STREAM_2
+    assert resolve_build(policy.STREAM_ROWS, wide) == policy.STREAM_3
+    assert resolve_build(policy.STREAM_ROWS, wide, resident=lambda b: policy.STREAM_ROWS - (b == policy.STREAM_3)) \
+        == policy.STREAM_2
     assert resolve_build(policy.STREAM_ROWS, wide, resident=lambda b: 1) == policy.STREAM
     assert not resolve_build(policy.STREAM_ROWS, wide, block_mode=True).streams
     assert not resolve_build(policy.STREAM_ROWS - 1, wide).streams
@@ -263,7 +265,7 @@ def test_a_streamed_row_is_the_direct_paths_answer():
             np.testing.assert_array_equal(trace[:, 6:], direct_trace[:, 6:])
 
 
-@pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("cluster", [1, 2, 3, 4, 8, 16])
 @pytest.mark.parametrize("length", [32769, 40000, 65536, 131071, 524288, 1048576])
 def test_sample_positions_spread_over_banks(length, cluster):
     """SPEC.md 2.4: each CTA's samples lie in its chunk, distinct, and every run of 32
@@ -273,9 +275,14 @@ def test_sample_positions_spread_over_banks(length, cluster):
         pytest.skip("no sampled row this short at this cluster (length > D >= 8 C T)")
     pos = sample_positions(length, cluster)
     nv = -(-length // 8)
-    per = policy.SAMPLES // cluster
-    for c in range(cluster):
-        start, end = (c * nv) // cluster, ((c + 1) * nv) // cluster
+    chunks = policy.sample_chunks(cluster)  # 3x512x4: one, the row (1x512x4's samples)
+    assert chunks == (1 if cluster == 3 else cluster)
+    per = policy.SAMPLES // chunks
+    assert pos.size == policy.SAMPLES
+    if chunks == 1:
+        assert np.array_equal(pos, sample_positions(length, 1))
+    for c in range(chunks):
+        start, end = (c * nv) // chunks, ((c + 1) * nv) // chunks
         offsets = pos[c * per:(c + 1) * per] - 8 * start
         assert offsets.min() >= 0 and offsets.max() < min(8 * end, length) - 8 * start
         assert np.unique(offsets).size == per

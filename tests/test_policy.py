@@ -36,13 +36,15 @@ def test_build_spellings():
         assert build.stage == build.cluster * build.threads * build.vectors * 8
         # a token row of a streamed build may be as wide as any; a block row never streams
         assert build.capacity == (policy.MAX_WIDTH if build.streams else build.stage)
-        # the register build takes token rows only (SPEC 2.13); a block row's stage holds
-        # keys, 8 a vector (SPEC 2.2)
+        # the register build and 3x512x4 take token rows only (SPEC 2.13, 2.1); a block row's
+        # stage holds keys, 8 a vector (SPEC 2.2)
+        token_only = build.registers or build.name == "3x512x4"
+        assert build.token_only == token_only
         assert (build.capacity_in(False), build.capacity_in(True)) == (build.capacity,
-                                                                       0 if build.registers else 8 * build.stage)
+                                                                       0 if token_only else 8 * build.stage)
     assert [b.name for b in BUILDS if b.streams] == [
-        b.name for b in (policy.STREAM, policy.STREAM_2, policy.STREAM_4, policy.STREAM_8)] == [
-        "1x512x4", "2x512x4", "4x512x4", "8x512x4"]
+        b.name for b in (policy.STREAM, policy.STREAM_2, policy.STREAM_4, policy.STREAM_8, policy.STREAM_3)] == [
+        "1x512x4", "2x512x4", "4x512x4", "8x512x4", "3x512x4"]
     for bad in ("8x1024x8", "8x16", "8x512", "8-512-8", "x", (8,), (8, 512, 8, 1), (True, 8), 8, None, 8.0):
         with pytest.raises(ValueError, match="build"):
             Build.parse(bad)
@@ -51,7 +53,8 @@ def test_build_spellings():
 def test_variants_and_names():
     every = policy.variants((False, True))
     assert len(every) == len(set(every)) == len(policy.KS) * sum(len(b.modes) for b in BUILDS) * 2
-    assert [b.name for b in BUILDS if b.modes != (False, True)] == ["1x512x2"]  # token rows only (SPEC 2.13)
+    # token rows only (SPEC 2.13, 2.1)
+    assert [b.name for b in BUILDS if b.modes != (False, True)] == ["1x512x2", "3x512x4"]
     assert len({v.name for v in every}) == len(every)
     assert Variant(512, Build.of(16, 16), True, False).name == "dtk_k512_c16_v16_blk1_tr0"
 
@@ -69,11 +72,13 @@ def test_flags_refuse_the_rest(value):
 
 
 def test_maxima_reads_plans_and_refuses():
-    # row_max's plan (SPEC 2.5): a word a lane up to 32 words, 2 words a lane at 64 (4x512x4),
-    # 16-byte loads at 128 and 256; no plan where a lane's words would cross a CTA.
-    assert [policy.maxima_reads(c, t) for c, t in ((1, 512), (2, 512), (4, 512), (8, 512), (4, 1024),
-                                                   (16, 512))] == [(1, 1), (1, 1), (2, 1), (4, 4), (4, 4), (8, 4)]
-    for cluster, threads in ((3, 512), (64, 32)):
+    # row_max's plan (SPEC 2.5): a word a lane up to 32 words, 2 words a lane at 48 (3x512x4:
+    # 24 lanes) and 64 (4x512x4), 16-byte loads at 128 and 256; no plan where 32 lanes of a
+    # divisor of the warps cannot reach every word (a lane's words must lie in one CTA).
+    assert [policy.maxima_reads(c, t) for c, t in ((1, 512), (2, 512), (3, 512), (4, 512), (8, 512), (4, 1024),
+                                                   (16, 512))] == [(1, 1), (1, 1), (2, 1), (2, 1), (4, 4), (4, 4),
+                                                                   (8, 4)]
+    for cluster, threads in ((64, 32), (33, 32)):
         with pytest.raises(ValueError, match=f"{cluster} CTAs of {threads} threads"):
             policy.maxima_reads(cluster, threads)
 
@@ -109,7 +114,8 @@ def test_k512_streams_wider_rows_on_one_cta():
     """At k = 512 one wave of 1x512x4 takes streaming batches up to STREAM_1_WIDTH_K512
     logits (SPEC.md 2.1); at k = 2048 (and for k None) 2x512x4 does past STREAM_1_WIDTH."""
     width = policy.STREAM_1_WIDTH + 8
-    resident = lambda b: 132 if b == policy.STREAM else 66  # noqa: E731
+    # (3x512x4's clusters: fewer than the rows, 39 on the H200)
+    resident = lambda b: 132 if b == policy.STREAM else 39 if b == policy.STREAM_3 else 66  # noqa: E731
     assert policy.build_for(128, width, resident, k=512) == policy.STREAM
     assert policy.build_for(128, width, resident, k=2048) == policy.STREAM_2
     assert policy.build_for(128, width, resident) == policy.STREAM_2

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 3x512x4 arm (branch three-cta, docs/design/three_cta.md) on the H200. Every compile but
+# The 3x512x4 arm (docs/design/three_cta.md; landed in session 50) on the H200. Every compile but
 # 3x512x4's has the PTX of the gated 1339cae18c93 (docs/evidence/df217f48b77f/same_ptx.txt on
 # the branch), so the gate's every-build steps force 3x512x4 alone (GATE_BUILD) and the rest
 # of the gate runs whole (the policy's builds, GPU tests, soak, PDL and invariance).
@@ -20,9 +20,11 @@
 #   dsl  (carry .dsl/one, docs/wip/dsl-one.sh; ~350 s; the upload holds 64 MiB, so move
 #          bench/results, docs/evidence and bench/NOTES.md aside): bash docs/wip/three-cta-gate.sh dsl
 #          the DSL in one upload; the JIT conformance of 3x512x4, the PDL and invariance tests.
+#   grid (carry dist .peers; ~240 s, an H200): the soak part's grid and targets alone, for when
+#          the soak ran on an H100.
 # T (seconds, default 540) bounds each call's work so that its files are packed and come back.
 set -u
-part=${1:?usage: three-cta-gate.sh 1|2|soak|dsl}
+part=${1:?usage: three-cta-gate.sh 1|2|soak|dsl|grid}
 export GATE_BUILD=3x512x4
 [ "$part" = dsl ] && export DSL_INSTALL=.dsl/one/install.sh
 inner() {
@@ -46,13 +48,14 @@ inner() {
         bash conformance/h200_gate.sh dsl-tests > $OUT/dsl_tests_gate.txt 2>&1 ;;
     soak)
         bash conformance/h200_gate.sh soak > $OUT/soak_gate.txt 2>&1
-        case "$(cat $OUT/device.txt)" in *H200*) ;; *) return 0 ;; esac
+        case "$(cat $OUT/device.txt)" in *H200*) ;; *) return 0 ;; esac ;&
+    grid)
         python3 -m pip install -q --no-deps --no-index --target /tmp/site-grid dist/*.whl
         PYTHONPATH=/tmp/site-grid python3 bench/grid.py run --peers .peers --passes 2 --budget 190 \
             --out $OUT/r/grid > $OUT/grid.txt 2>&1
         PYTHONPATH=/tmp/site-grid python3 bench/grid.py run --targets --data rho0.9 gaussian \
             --peers .peers --passes 2 --out $OUT/r/targets >> $OUT/grid.txt 2>&1 ;;
-    *) echo "usage: three-cta-gate.sh 1|2|soak|dsl" >&2; return 2 ;;
+    *) echo "usage: three-cta-gate.sh 1|2|soak|dsl|grid" >&2; return 2 ;;
     esac
 }
 # (call 1's GPU name: three-cta-measure.sh writes device.txt)
