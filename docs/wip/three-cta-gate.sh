@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The 3x512x4 arm (docs/design/three_cta.md; landed in session 50) on the H200. Every compile but
-# 3x512x4's has the PTX of the gated 1339cae18c93 (docs/evidence/df217f48b77f/same_ptx.txt on
-# the branch), so the gate's every-build steps force 3x512x4 alone (GATE_BUILD) and the rest
+# 3x512x4's has the PTX of the gated 1339cae18c93 (docs/evidence/df217f48b77f/same_ptx.txt),
+# so the gate's every-build steps force 3x512x4 alone (GATE_BUILD) and the rest
 # of the gate runs whole (the policy's builds, GPU tests, soak, PDL and invariance).
-# Build here, on the branch: `python -m decode_topk.kernel.aot --arch sm_90a` (with traces,
+# Build here: `python -m decode_topk.kernel.aot --arch sm_90a` (with traces,
 # ~3.5 min) and `pip wheel . --no-deps -w dist`; .aot_sol with 3x512x4 (docs/wip/three-cta-measure.sh).
 # Two calls on one warm machine, the second within 30 s of the first:
 #   call 1 (carry .dsl/a dist .aot_sol .aot_floor; ~520 s): bash docs/wip/three-cta-gate.sh 1
