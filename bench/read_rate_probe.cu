@@ -44,22 +44,35 @@ __device__ void chunk(int cluster, long long &start, long long &count) {
     count = last - first;
 }
 
+// One round of a thread's loads: D vectors THREADS apart from base[first + threadIdx.x]
+// (those below limit), all issued before any is used, folded into one word.
+template <int D>
+__device__ __forceinline__ unsigned fold_round(const uint4 *base, long long first, long long limit) {
+    uint4 v[D];
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+        long long i = first + d * THREADS + threadIdx.x;
+        v[d] = i < limit ? __ldg(base + i) : make_uint4(0, 0, 0, 0);
+    }
+    unsigned folded = 0;
+#pragma unroll
+    for (int d = 0; d < D; ++d) folded ^= v[d].x ^ v[d].y ^ v[d].z ^ v[d].w;
+    return folded;
+}
+
+// Keeps the loads (ptxas deletes loads nothing uses); never true on this data.
+__device__ __forceinline__ void keep(unsigned folded, unsigned *out) {
+    if (folded == 0x7EADBEEF) out[blockIdx.x] = folded;
+}
+
 template <int D>
 __global__ void __launch_bounds__(THREADS, 1) regs(const uint4 *logits, int cluster, unsigned *out) {
     long long start, count;
     chunk(cluster, start, count);
     unsigned folded = 0;
-    for (long long first = 0; first < count; first += (long long)THREADS * D) {
-        uint4 v[D];
-#pragma unroll
-        for (int d = 0; d < D; ++d) {
-            long long i = first + d * THREADS + threadIdx.x;
-            v[d] = i < count ? __ldg(logits + start + i) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int d = 0; d < D; ++d) folded ^= v[d].x ^ v[d].y ^ v[d].z ^ v[d].w;
-    }
-    if (folded == 0x7EADBEEF) out[blockIdx.x] = folded;  // keeps the loads; never true on this data
+    for (long long first = 0; first < count; first += (long long)THREADS * D)
+        folded ^= fold_round<D>(logits + start, first, count);
+    keep(folded, out);
 }
 
 __device__ __forceinline__ unsigned smem_addr(const void *p) {
@@ -109,7 +122,7 @@ __global__ void __launch_bounds__(THREADS, 1) bulk(const uint4 *logits, int clus
         __syncthreads();  // every thread has read stage s: it may be filled again
         if (threadIdx.x == 0 && p + stages < pieces) issue(p + stages);
     }
-    if (folded == 0x7EADBEEF) out[blockIdx.x] = folded;
+    keep(folded, out);
 }
 
 // The physical floor's shape: 2 CTAs an SM over every SM, the rows' vectors spread evenly.
@@ -117,17 +130,9 @@ __global__ void __launch_bounds__(THREADS, 2) spread(const uint4 *logits, long l
     unsigned folded = 0;
     constexpr int D = 8;
     for (long long first = (long long)blockIdx.x * THREADS * D; first < total;
-         first += (long long)gridDim.x * THREADS * D) {
-        uint4 v[D];
-#pragma unroll
-        for (int d = 0; d < D; ++d) {
-            long long i = first + d * THREADS + threadIdx.x;
-            v[d] = i < total ? __ldg(logits + i) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int d = 0; d < D; ++d) folded ^= v[d].x ^ v[d].y ^ v[d].z ^ v[d].w;
-    }
-    if (folded == 0x7EADBEEF) out[blockIdx.x] = folded;
+         first += (long long)gridDim.x * THREADS * D)
+        folded ^= fold_round<D>(logits, first, total);
+    keep(folded, out);
 }
 
 template <typename Launch>
@@ -170,9 +175,9 @@ int main() {
     CHECK(cudaMemset(logits, 0x3F, ROWS * VECTORS * 16));
     CHECK(cudaMalloc(&out, 4096 * sizeof(unsigned)));
     CHECK(cudaMalloc(&evict, evict_bytes));
-    CHECK(cudaFuncSetAttribute(regs<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
-    CHECK(cudaFuncSetAttribute(regs<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
-    CHECK(cudaFuncSetAttribute(regs<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+    struct { int vectors; void (*kernel)(const uint4 *, int, unsigned *); } loads[] = {
+        {4, regs<4>}, {8, regs<8>}, {16, regs<16>}};
+    for (auto &form : loads) CHECK(cudaFuncSetAttribute(form.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
     CHECK(cudaFuncSetAttribute(bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
     char name[64];
     for (int cluster : {2, 3, 4}) {
@@ -192,15 +197,11 @@ int main() {
         CHECK(cudaOccupancyMaxActiveClusters(&resident, (void *)regs<8>, &config));
         std::printf("C = %d: %d clusters resident at once (%d rows)\n", cluster, resident, ROWS);
         int busy = std::min(ctas, sms);
-        std::snprintf(name, sizeof name, "C%d regs 4", cluster);
-        if (timed(name, ctas, busy, [&] { return cudaLaunchKernelEx(&config, regs<4>, (const uint4 *)logits, cluster, out); },
-                  evict, evict_bytes)) return 1;
-        std::snprintf(name, sizeof name, "C%d regs 8", cluster);
-        if (timed(name, ctas, busy, [&] { return cudaLaunchKernelEx(&config, regs<8>, (const uint4 *)logits, cluster, out); },
-                  evict, evict_bytes)) return 1;
-        std::snprintf(name, sizeof name, "C%d regs 16", cluster);
-        if (timed(name, ctas, busy, [&] { return cudaLaunchKernelEx(&config, regs<16>, (const uint4 *)logits, cluster, out); },
-                  evict, evict_bytes)) return 1;
+        for (auto &form : loads) {
+            std::snprintf(name, sizeof name, "C%d regs %d", cluster, form.vectors);
+            if (timed(name, ctas, busy, [&] { return cudaLaunchKernelEx(&config, form.kernel, (const uint4 *)logits, cluster, out); },
+                      evict, evict_bytes)) return 1;
+        }
         for (int stages : {2, 4, MAX_STAGES}) {
             std::snprintf(name, sizeof name, "C%d bulk %d x 16 KB", cluster, stages);
             if (timed(name, ctas, busy, [&] { return cudaLaunchKernelEx(&config, bulk, (const uint4 *)logits, cluster, stages, out); },

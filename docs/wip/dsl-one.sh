@@ -4,8 +4,8 @@
 # which no compile imports (session 49: a variant compiled on the CPU with `iket` made
 # unimportable). 64.76 MB: with the checkout it fits one upload (64 MiB, 67.11 MB) only
 # when bench/results, docs/evidence and bench/NOTES.md are moved aside for the call (the
-# rest of the checkout ~2.0 MB, ~0.35 MB to spare). Not yet tried on a device:
-# docs/wip/three-cta-gate.sh's dsl part prints `import cutlass` first.
+# rest of the checkout ~2.0 MB, ~0.35 MB to spare). Worked on an H100 in session 50
+# (docs/wip/three-cta-gate.sh's dsl part prints `import cutlass` first).
 #   run here, at the repository's root: bash docs/wip/dsl-one.sh   (~5 min, 2 CPUs)
 #   on the device (carry [".dsl/one"]): source .dsl/one/install.sh && <command>
 #   or DSL_INSTALL=.dsl/one/install.sh bash conformance/h200_gate.sh dsl-jit|dsl-tests

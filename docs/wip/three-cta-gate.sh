@@ -10,7 +10,7 @@
 #          the DSL's first half staged; the forced-build measurement at 32 and 39 rows
 #          (three-cta-measure.sh, ~150 s); the AOT conformance of 3x512x4 and of the policy's
 #          builds beside the sanitizers on 3x512x4; the GPU tests on the wheel.
-#          (Ran in session 49: docs/evidence/0fcb0c3171cf/ on the branch.)
+#          (Ran in session 49: docs/evidence/0fcb0c3171cf/.)
 #   call 2 (carry .dsl/b dist; ~500 s): bash docs/wip/three-cta-gate.sh 2
 #          the JIT conformance of 3x512x4, the soak, the PDL and invariance tests.
 # or call 2's steps as two calls on any machines, in either order:
