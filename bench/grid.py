@@ -1281,6 +1281,14 @@ def _ratio_summary(points, time_keys=PEER_TIME_KEYS):
             f"worst {floor[-1]:.2f}, within 1.5x at {sum(f <= 1.5 for f in floor)}; DecodeTopK / torch.topk: "
             f"median {statistics.median(torch_):.2f}, best {torch_[0]:.2f}, worst {torch_[-1]:.2f}, "
             f"at most 1/5 at {sum(t <= 0.2 for t in torch_)}")
+    below = [p for p in ok if p["vs_floor"] < 1]
+    if below:
+        # The floor loads what DecodeTopK's launch loads and selects nothing, so DecodeTopK
+        # cannot beat it: until session 51 the multi-CTA streamed builds' floor read each
+        # row once a CTA and sat above DecodeTopK at 8 x 1M (bench/NOTES.md session 51).
+        text += (f" (**DecodeTopK faster than its launch's floor at {len(below)} of {len(ok)} points**, e.g. "
+                 f"{_point_label(below[0])}: the floor loads more than DecodeTopK, so bench/speed_of_light.py "
+                 "is wrong for that build)")
     phys = sorted(p["vs_phys_floor"] for p in ok if _num(p.get("vs_phys_floor")) is not None)
     if phys:
         text += (f"; DecodeTopK / physical floor: median {statistics.median(phys):.2f}, best {phys[0]:.2f}, "

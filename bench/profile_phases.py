@@ -54,14 +54,15 @@ CONFIGS = {
                                             (64, 32768, 512), (128, 65536, 512), (128, 65536, 2048))
                      for over in ({}, DIRECT)],
     # issue 15's twelve target points (rho 0.9) on the policy's build on the H200 (session 23,
-    # kernel 3f48b395fe97: bench/results/2026-12-03_h200_targets_peers_s23.json)
+    # kernel 3f48b395fe97: bench/results/2026-12-03_h200_targets_peers_s23.json; 32 x 1M on
+    # 3x512x4 since session 50)
     "targets": [(rows, width, k, False, build, {})
                 for rows, width, k, build in ((1, 131072, 2048, (8, 8)), (8, 131072, 2048, (8, 8)),
                                               (64, 131072, 2048, (2, 16)), (32, 32768, 2048, (2, 8)),
                                               (64, 8192, 512, (1, 2)), (1, 1048576, 512, (16, 16)),
                                               (8, 524288, 512, (8, 16)), (64, 262144, 512, (2, 4)),
                                               (128, 65536, 512, (1, 16)), (128, 8192, 2048, (1, 2)),
-                                              (1, 8192, 512, (1, 2)), (32, 1048576, 2048, (2, 4)))],
+                                              (1, 8192, 512, (1, 2)), (32, 1048576, 2048, (3, 4)))],
     # the least sample rank Q_MIN[k] (SPEC 2.4) against the aim alone (q_min=1, session 7's rule)
     "q-min": [(rows, width, k, False, build, over)
               for rows, width, k, build in ((1, 1048576, 1024, (16, 16)), (1, 1048576, 2048, (16, 16)),
@@ -287,6 +288,15 @@ CONFIGS["streamed"] = [
     (32, 1048576, 2048, False, (2, 4), {}), (128, 524288, 512, False, (2, 4), {"data": "gaussian"}),
     (128, 1048576, 2048, False, (2, 4), {"data": "gaussian"}), (64, 131072, 2048, False, (2, 16), {})]
 
+
+# Session 51: the multi-CTA streamed builds at their grid points, DecodeTopK / its (fixed)
+# launch floor 1.5-2.05 there (bench/NOTES.md session 51): where the time goes around the
+# stream, 8 and 32 rows of 262,144-1M (3x512x4, 8x512x4, 2x512x4) and 1x512x4 beside them.
+CONFIGS["s51"] = [
+    (32, 1048576, 2048, False, (3, 4), {}), (32, 1048576, 512, False, (3, 4), {}),
+    (32, 262144, 2048, False, (3, 4), {}), (32, 524288, 2048, False, (3, 4), {}),
+    (8, 1048576, 512, False, (8, 4), {}), (8, 1048576, 2048, False, (8, 4), {}),
+    (64, 1048576, 2048, False, (2, 4), {}), (128, 262144, 2048, False, (1, 4), {})]
 
 # Session 18: the histogram adds' copies on crowded and Gaussian rows (a variant with
 # HIST_COPIES = 4 against main's 8: what a 512-bin window of 4 copies would pay a key).

@@ -1,11 +1,11 @@
-// Read-rate probe (bench/NOTES.md session 50): how fast one streamed CTA an SM can read a
-// row's chunk from HBM, by the bytes it keeps in flight. Why: at 32 x 1M the 3x512x4
-// launch's load-only floor (bench/speed_of_light.py, 4 vectors a thread a round) reads
-// 1.29 TB/s over 96 SMs, 13.4 GB/s an SM, while more SMs a row is capped by the GPCs'
-// clusters and by the register file (512 threads x 128 registers fill an SM's). If an SM
-// can pull much more with more bytes in flight, the stream's loads are the lever; if not,
-// 3x512x4 is at its floor. Loads only, nothing selected; not part of the kernel or its
-// build. Plain CUDA C++:
+// Read-rate probe (bench/NOTES.md sessions 50-51): how fast one streamed CTA an SM can
+// read a row's chunk from HBM, by the bytes it keeps in flight. Why: at 32 x 1M the
+// 3x512x4 launch's load-only floor (bench/speed_of_light.py) read 1.29 TB/s over 96 SMs,
+// while more SMs a row is capped by the GPCs' clusters and by the register file (512
+// threads x 128 registers fill an SM's). Answer (session 51, H100): every launch here
+// reads the 64 MiB at ~2 TB/s with register loads, so an SM's read rate is no limit; that
+// floor was wrong (each CTA read the whole row; fixed). Loads only, nothing selected; not
+// part of the kernel or its build. Plain CUDA C++:
 //
 //     nvcc -O3 -arch=sm_90a -o build/read_rate_probe bench/read_rate_probe.cu   (here)
 //     build/read_rate_probe                                                     (on the GPU)

@@ -61,12 +61,16 @@ class SpeedOfLight:
         start = (rank * nv) // C
         count = ((rank + 1) * nv) // C - start
         row_logits = logits.iterator.toint() + Int64(row) * Int64(logits.layout.stride[0]) * 2
-        if const_expr(self.streams):  # every vector, a stage's worth a round, as the stream reads it
-            for first in cutlass.range(0, nv, nt * V):
+        if const_expr(self.streams):
+            # The CTA's chunk, a stage's worth a round, as the stream reads it. (Before
+            # session 51 every CTA read the whole row here, so a streamed build of C > 1
+            # CTAs a row read it C times and its floor sat above DecodeTopK's own time.)
+            for first in cutlass.range(0, count, nt * V):
                 loaded = []
                 for s in cutlass.range_constexpr(V):
-                    g = first + s * nt + tid
-                    valid = cutlass.min(cutlass.max(length - g * 8, Int32(0)), Int32(8))
+                    i = first + s * nt + tid
+                    g = start + i
+                    valid = dtk._pick(i < count, cutlass.min(cutlass.max(length - g * 8, Int32(0)), Int32(8)), 0)
                     loaded.append((s * nt + tid, dtk.load_u32x4(row_logits + Int64(g) * 16, valid)))
                 for i, words in loaded:
                     dtk.shared_store_u32x4(stage + i * 16, words)

@@ -478,3 +478,13 @@ def test_the_timer_probe_helps_without_a_gpu():
             "        assert e.code == 0, e.code\n"
             "assert '--head-start' in buf.getvalue() and 'torch' not in sys.modules\n")
     _passes_in_a_fresh_python(code)
+
+
+def test_summary_flags_a_floor_slower_than_decode_topk():
+    """A floor that loads more than DecodeTopK (session 51: the multi-CTA streamed builds'
+    read each row once a CTA) shows as DecodeTopK faster than it, and the summary says so."""
+    good = [_point(8, 131072, 2048, 10.0)]
+    assert "faster than its launch's floor" not in grid._ratio_summary(good)
+    bad = good + [_point(8, 1048576, 512, 27.0, build="8x512x4", floor_us=44.8, vs_floor=0.6)]
+    text = grid._ratio_summary(bad)
+    assert "DecodeTopK faster than its launch's floor at 1 of 2 points" in text and "8 x 1048576 k512" in text
