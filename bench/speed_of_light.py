@@ -38,7 +38,7 @@ class SpeedOfLight:
         # the register build (1x512x2) loads its two vectors a thread at once
         self.load_batch = getattr(shape, "load_batch", vector_count)
         self.smem_bytes = shape.smem_bytes  # the same occupancy as DecodeTopK's build
-        self.streams = shape.streams  # 1x512x4: the whole row, in rounds of its stage (SPEC.md 2.12)
+        self.streams = shape.streams  # the streamed builds: the chunk in rounds of a stage (SPEC.md 2.12)
 
     @cute.jit
     def __call__(self, logits: cute.Tensor, lengths: cute.Tensor, out: cute.Tensor, trace: cute.Tensor,

@@ -20,8 +20,8 @@
 #   dsl  (carry .dsl/one, docs/wip/dsl-one.sh; ~350 s; the upload holds 64 MiB, so move
 #          bench/results, docs/evidence and bench/NOTES.md aside): bash docs/wip/three-cta-gate.sh dsl
 #          the DSL in one upload; the JIT conformance of 3x512x4, the PDL and invariance tests.
-#   grid (carry dist .aot_sol .aot_floor .peers; ~240 s, an H200): the soak part's grid and targets alone, for when
-#          the soak ran on an H100.
+#   grid (carry dist .aot_sol .aot_floor .peers; ~240 s, an H200): the soak part's grid and
+#          targets alone, for when the soak ran on an H100.
 # T (seconds, default 540) bounds each call's work so that its files are packed and come back.
 set -u
 part=${1:?usage: three-cta-gate.sh 1|2|soak|dsl|grid}
