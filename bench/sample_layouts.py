@@ -68,8 +68,7 @@ def grouped(positions, length, group):
 def outcome(keys, positions, length, k, cluster):
     """(underflow, overflow, kept) of one row: the cutoff the q-th largest sample key
     (SPEC.md 2.4), kept the keys at or above it."""
-    q = trace.q_for(length, k)
-    cutoff = int(np.sort(keys[positions])[::-1][q - 1])
+    _, cutoff = trace.sampled_cutoff(keys, positions, length, k)
     kept = int(np.count_nonzero(keys >= cutoff))
     queues = trace.queue_lengths(keys, length, k, cutoff, cluster)
     return kept < k, bool(queues.max() > policy.STREAM_QUEUE), kept

@@ -38,7 +38,6 @@ class SpeedOfLight:
         # the register build (1x512x2) loads its two vectors a thread at once
         self.load_batch = getattr(shape, "load_batch", vector_count)
         self.smem_bytes = shape.smem_bytes  # the same occupancy as DecodeTopK's build
-        self.streams = shape.streams  # the streamed builds: the chunk in rounds of a stage (SPEC.md 2.12)
 
     @cute.jit
     def __call__(self, logits: cute.Tensor, lengths: cute.Tensor, out: cute.Tensor, trace: cute.Tensor,
@@ -61,22 +60,11 @@ class SpeedOfLight:
         start = (rank * nv) // C
         count = ((rank + 1) * nv) // C - start
         row_logits = logits.iterator.toint() + Int64(row) * Int64(logits.layout.stride[0]) * 2
-        if const_expr(self.streams):
-            # The CTA's chunk, a stage's worth a round, as the stream reads it. (Before
-            # session 51 every CTA read the whole row here, so a streamed build of C > 1
-            # CTAs a row read it C times and its floor sat above DecodeTopK's own time.)
-            for first in cutlass.range(0, count, nt * V):
-                loaded = []
-                for s in cutlass.range_constexpr(V):
-                    i = first + s * nt + tid
-                    g = start + i
-                    valid = dtk._pick(i < count, cutlass.min(cutlass.max(length - g * 8, Int32(0)), Int32(8)), 0)
-                    loaded.append((s * nt + tid, dtk.load_u32x4(row_logits + Int64(g) * 16, valid)))
-                for i, words in loaded:
-                    dtk.shared_store_u32x4(stage + i * 16, words)
-            count = Int32(0)  # nothing more to stage
-        # In rounds of a stage: one for a token row, up to KEY_BLOCKS for a block row, whose
-        # chunk of blocks DecodeTopK stages as keys (SPEC.md 2.2).
+        # In rounds of a stage: one for a staged token row, up to KEY_BLOCKS for a block row,
+        # whose chunk of blocks DecodeTopK stages as keys (SPEC.md 2.2), and as many as its
+        # chunk needs on a streamed build, which streams its chunk a stage's worth at a time
+        # (SPEC.md 2.12; until session 51 a streamed form of its own read the whole row in
+        # every CTA, C times the bytes).
         for first in cutlass.range(0, count, nt * V, unroll=1):
             for batch in cutlass.range_constexpr(0, V, self.load_batch):
                 staged = []

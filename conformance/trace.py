@@ -84,6 +84,13 @@ def sample_positions(length, cluster):
     return np.concatenate(pos)
 
 
+def sampled_cutoff(keys, positions, length, k):
+    """(q, cutoff) of a sampled row (SPEC.md 2.4): the cutoff is the q-th largest key at
+    the sampled positions (sample_positions, or another layout under study)."""
+    q = q_for(length, k)
+    return q, int(np.sort(keys[positions])[positions.size - q])
+
+
 def queue_bound(gt, eq, k):
     """An upper bound on any CTA's queue Q_c = GV_c + min(EV_c, k) of a streamed row
     (SPEC.md 2.12) from the row's counts alone: a vector of top > cutoff holds a key above
@@ -124,9 +131,7 @@ def expected_row_trace(keys, length, k, block_mode, build, kth_above=None):
     tr[KTH], tr[ABOVE] = kth, above
     if block_mode or length <= policy.direct_max_length(build.cluster, build.vectors):
         return tr
-    q = q_for(length, k)
-    samples = keys[sample_positions(length, build.cluster)]
-    cutoff = int(np.sort(samples)[SAMPLES - q])
+    q, cutoff = sampled_cutoff(keys, sample_positions(length, build.cluster), length, k)
     gt = int(np.count_nonzero(keys > cutoff))
     eq = int(np.count_nonzero(keys == cutoff))
     tr[Q], tr[CUTOFF], tr[GT], tr[EQ] = q, cutoff, gt, eq
