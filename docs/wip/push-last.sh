@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Session 53's second form of the pushed samples (branch push-last: the push after the
-# chunk's last store, where docs/wip/push-samples.patch pushed after the first batch's
-# loads), against main and the first form, in one device call (~250 s). Build here as
-# push-samples.sh's header says, the tree from branch push-last (/work/wtL, /tmp/pkgL,
-# no traces: timing only), then the slim copies build/P and build/L (each with .aot_sol,
-# .aot_floor and its .aot_profile) and
+# Session 53's second form of the pushed samples (docs/wip/push-last.patch, applied after
+# push-samples.patch on main 3643a75: the push after the chunk's last store, where
+# push-samples.patch pushed after the first batch's loads, and three probe stamps in
+# push_samples for the profile build), against main and the first form, in one device
+# call (55 s on an H100). Build here as push-samples.sh's header says, the tree with both
+# patches (/work/wtL, /tmp/pkgL, no traces: timing only), then the slim copies build/P and
+# build/L (each with .aot_sol, .aot_floor and its .aot_profile) and
 #   tar cJf build/arms2.tar.xz kernel/aot/sm_90a .aot_sol .aot_floor .aot_profile build/P build/L
 # On the device (carry ["build/arms2.tar.xz"], bench/results and docs/evidence moved aside):
 #   bash docs/wip/push-last.sh
