@@ -13,9 +13,11 @@
 #       --arch sm_90a --work /tmp/build/aot_profS
 #   slim copy into MAIN/build/S (docs/wip/README.md's tar line, excluding ./kernel/aot too),
 #   then in MAIN: tar cJf build/arms5.tar.xz build/S .aot_profile
-# Compare with main's own profile build in the same call (the second profile below); the
-# B0 probe alone on main's stamps (docs/wip/smem-stamps.patch's last hunk, session 53,
-# H100): own samples +205-833, arrive +1,075-1,139, wait +156-227 cycles.
+# Compare with main's own profile build in the same call (the second profile below; it
+# has no "top" / "pass2" on the sampled staged rows). The B0 probe on main's global stamps
+# (the patch's third hunk alone, session 53, H100): own samples +205-833, arrive
+# +1,075-1,139, wait +156-227 cycles; with the stamps in shared memory the arrive should
+# fall to a few hundred if the inflation is the stamp's store.
 set -u
 tar xJf build/arms5.tar.xz
 nvidia-smi --query-gpu=name --format=csv,noheader
