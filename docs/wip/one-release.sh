@@ -3,8 +3,8 @@
 # 31408ee): a bar.sync, then warp 0's arrive with release, the other warps' relaxed. Why:
 # B0's arrive takes ~1.1k cycles (its MEMBAR.ALL.GPU), also with the stamps in shared
 # memory (session 54, docs/wip/smem-stamps.sh), so the stamp's store was not the cause.
-# Built, not run in session 54 (of eleven calls, seven found no machine, four were
-# refused; then lending paused). One call (~300 s: the A/B of the twelve targets at rho 0.9, each grid run
+# Built in session 54; ran in session 55 on an H100 (99 s; bench/NOTES.md session 55).
+# One call (~300 s: the A/B of the twelve targets at rho 0.9, each grid run
 # bounded by --budget 18; both profiles; 45 s of the arm's AOT conformance; carry
 # ["build/armsR.tar.xz"], bench/results and docs/evidence moved aside). Build here:
 #   git worktree add --detach /work/wtR HEAD && cd /work/wtR && git apply docs/wip/one-release.patch
