@@ -8,8 +8,9 @@
 #     no release at all; one-release-nosync-planted.patch: no CTA barrier before warp 0's
 #     release), each on every build for at most 100 s.
 #   2 (carry dist; ~370 s): the soak, alone; then the GPU tests.
-#   The DSL's part (the JIT conformance, the PDL and invariance tests): three-cta-gate.sh's
-#   dsl part with GATE_BUILD=all.
+#   dsl (carry .dsl/one, docs/wip/dsl-one.sh; bench/results, docs/evidence and
+#     bench/NOTES.md moved aside; ~480 s): the JIT conformance of every build, then the PDL
+#     and invariance tests.
 # build/planted.tar.xz (1.9 MB): build/P and build/Q, slim copies (docs/wip/README.md's tar
 # line) of two worktrees of main with one-release.patch and then one-release-planted.patch
 # (P) or one-release-nosync-planted.patch (Q) applied, each with its traced sm_90a library
@@ -18,7 +19,7 @@
 # build/planted.tar.xz build/P build/Q`. Parts 1a and 1b: part 1 cut down to a short device
 # budget.
 set -u
-part=${1:?usage: one-release-gate.sh 1|1a|1b|2}
+part=${1:?usage: one-release-gate.sh 1|1a|1b|2|dsl}
 nvidia-smi --query-gpu=name --format=csv,noheader > "$OUT/device.txt"
 cat "$OUT/device.txt"
 case "$part" in
@@ -54,6 +55,12 @@ case "$part" in
         --build all > "$OUT/aot_partial.txt" 2>&1
     echo "aot (bounded): exit $?" >> "$OUT/aot_partial.txt"
     wait ;;
+dsl)
+    export DSL_INSTALL=.dsl/one/install.sh
+    (source "$DSL_INSTALL" && python3 -c "import cutlass; print('DSL', cutlass.__file__)") \
+        > "$OUT/dsl_install.txt" 2>&1
+    bash conformance/h200_gate.sh dsl-jit > "$OUT/dsl_jit_gate.txt" 2>&1
+    bash conformance/h200_gate.sh dsl-tests > "$OUT/dsl_tests_gate.txt" 2>&1 ;;
 2)
     bash conformance/h200_gate.sh soak > "$OUT/soak_gate.txt" 2>&1
     bash conformance/h200_gate.sh gpu-tests > "$OUT/gpu_tests_gate.txt" 2>&1 ;;
