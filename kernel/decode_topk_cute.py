@@ -454,9 +454,25 @@ def warp_inclusive_sum(value, lane):
     return inclusive
 
 
-def cluster_sync():
-    """A full cluster barrier (arrive has release, wait acquire semantics)."""
-    cute.arch.cluster_arrive()
+@cute.jit
+def cluster_arrive_published(tid):
+    """A cluster arrive after which the peers may read what every thread of this CTA wrote
+    before it, with one release a CTA: the CTA's barrier orders every warp's writes before
+    warp 0's arrive, whose release (cumulative) covers them; the other warps arrive relaxed.
+    Why: a release arrive compiles to `MEMBAR.ALL.GPU` before `UCGABAR_ARV` (a relaxed one
+    to `UCGABAR_ARV` alone): 16 warps' membars took B0's arrive ~1.1k cycles, one a CTA
+    200-400 fewer (bench/NOTES.md sessions 54-55), and the other warps go on (SPEC 2.10)."""
+    cute.arch.sync_threads()
+    if tid < 32:
+        cute.arch.cluster_arrive()
+    else:
+        cute.arch.cluster_arrive_relaxed()
+
+
+@cute.jit
+def cluster_sync(tid):
+    """A full cluster barrier (one release a CTA, cluster_arrive_published; wait acquire)."""
+    cluster_arrive_published(tid)
     cute.arch.cluster_wait()
 
 
@@ -806,7 +822,7 @@ class DecodeTopK:
         # follows their store in staging instead, and a staged build's sampled row's
         # follows the store of its own samples, which the peers gather (2.10).
         if const_expr(self.cluster > 1 and not self.narrow_top):
-            cute.arch.cluster_arrive()
+            cluster_arrive_published(tid)
 
         cute.arch.griddepcontrol_wait()
         length = row_length(logits, lengths, row)
@@ -872,7 +888,7 @@ class DecodeTopK:
                 # then B0's arrive, after which the peers gather them (gather_samples).
                 self.own_samples(sm, tid, rank, nv, length)
                 if const_expr(self.cluster > 1):
-                    cute.arch.cluster_arrive()
+                    cluster_arrive_published(tid)
         # Dependents may start once the inputs are read (2.10): for a staged row that is
         # now; a streamed row reads its row until its last write, so the streamed builds
         # leave the trigger to their CTAs' exit.
@@ -958,11 +974,11 @@ class DecodeTopK:
         # cluster totals), and after it no CTA touches a peer's shared memory.
         self.stamp(trace_row, rank, tid, "end")
 
-    def barrier(self):
+    def barrier(self, tid):
         """The exchange's barrier: a cluster barrier, or at one CTA a row (no peers, no
         DSMEM) the CTA's own bar.sync."""
         if const_expr(self.cluster > 1):
-            cluster_sync()
+            cluster_sync(tid)
         else:
             cute.arch.sync_threads()
 
@@ -1873,7 +1889,7 @@ class DecodeTopK:
         cute.arch.sync_threads()
         self.stamp(trace_row, rank, tid, "pass1")
         self.exchange(sm, tid, rank, buffer, TOP_BINS if kind == PASS_TOP else BINS)
-        self.barrier()  # every CTA's pass-1 reductions complete before any total is read
+        self.barrier(tid)  # every CTA's pass-1 reductions complete before any total is read
         self.stamp(trace_row, rank, tid, "exchange1")
         if const_expr(attempt and self.trace):
             self.record(trace_row, rank, tid, "gt", shared_load_u32(sm["misc"] + MISC_TRACE))
@@ -1897,7 +1913,7 @@ class DecodeTopK:
             cute.arch.sync_threads()
             self.stamp(trace_row, rank, tid, "pass2")
             self.exchange(sm, tid, rank, buffer + 2048)
-            self.barrier()  # the same for pass 2; the last cluster barrier of the row
+            self.barrier(tid)  # the same for pass 2; the last cluster barrier of the row
             self.stamp(trace_row, rank, tid, "exchange2")
             low, above_low, gt_base, eq_base = self.select(sm, tid, buffer + 2048, self.k - above_high,
                                                            (buffer, high))
@@ -2281,14 +2297,14 @@ class DecodeTopK:
         cute.arch.sync_threads()
         self.stamp(trace_row, rank, tid, "pass1")
         self.exchange(sm, tid, rank, buffer)
-        self.barrier()
+        self.barrier(tid)
         high, above_high, unused = self.select(sm, tid, buffer, Int32(self.k))
         self.stream(sm, tid, lane, row_logits, nv, length, start, chunk, Int32(0), Int32(0), high, out_row,
                     Int32(0), Int32(0), "hist2")
         cute.arch.sync_threads()
         self.stamp(trace_row, rank, tid, "pass2")
         self.exchange(sm, tid, rank, buffer + 2048)
-        self.barrier()
+        self.barrier(tid)
         low, above_low, gt_base, eq_base = self.select(sm, tid, buffer + 2048, self.k - above_high, (buffer, high))
         kth = (high << 8) | low
         above = above_high + above_low

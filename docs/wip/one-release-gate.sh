@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Session 55: the whole gate of one-release (docs/wip/one-release.patch applied on main) in
-# parts, each on whatever GPU comes; every build forced (the PTX of every cluster build
-# changed).
+# Session 55: the whole gate of one release a CTA (then docs/wip/one-release.patch on main,
+# landed in session 56 as bundle 16d35fc01007; docs/evidence/16d35fc01007/) in parts, each
+# on whatever GPU comes; every build forced (the PTX of every cluster build changed). A
+# template for the next kernel change's gate.
 #   1 (carry dist build/planted.tar.xz; ~430 s; bench/results and docs/evidence moved aside):
 #     the sanitizers on every build beside the AOT conformance of every build and of the
 #     policy's, and beside the two planted bugs' conformance (docs/wip/one-release-planted.patch:
@@ -12,7 +13,7 @@
 #     bench/NOTES.md moved aside; ~480 s): the JIT conformance of every build, then the PDL
 #     and invariance tests.
 # build/planted.tar.xz (1.9 MB): build/P and build/Q, slim copies (docs/wip/README.md's tar
-# line) of two worktrees of main with one-release.patch and then one-release-planted.patch
+# line) of two worktrees of main (one-release.patch then applied) with one-release-planted.patch
 # (P) or one-release-nosync-planted.patch (Q) applied, each with its traced sm_90a library
 # (`cd /tmp && PYTHONPATH=/tmp/pkgP python -m decode_topk.kernel.aot --arch sm_90a --work
 # /tmp/build/aot_P`, /tmp/pkgP/decode_topk a link to the worktree): `tar cJf
